@@ -1,0 +1,45 @@
+"""Model providers behind one small protocol (see base.py), chosen by a spec string.
+
+    anthropic                  -> the default Claude model (DEFAULT_ANTHROPIC_MODEL)
+    anthropic:<model>          -> Messages API
+    openai:<model>             -> chat completions at OPENAI_BASE_URL / base_url
+"""
+
+from __future__ import annotations
+
+from .anthropic import DEFAULT_ANTHROPIC_MODEL, AnthropicModel
+from .base import DEFAULT_MAX_RETRIES, Model, ModelError, Reply, ToolCall, Usage
+from .openai import OpenAIModel
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_MAX_RETRIES",
+    "Model",
+    "ModelError",
+    "Reply",
+    "ToolCall",
+    "Usage",
+    "make_model",
+]
+
+
+def make_model(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    stream: bool = False,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+) -> Model:
+    """Build the model a spec names; raises ModelError for an unknown spec or missing key."""
+    provider, _, name = spec.strip().partition(":")
+    name = name.strip()
+    if provider == "anthropic":
+        return AnthropicModel(name or DEFAULT_ANTHROPIC_MODEL, base_url=base_url, stream=stream, max_retries=max_retries)
+    if provider == "openai":
+        if not name:
+            raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")
+        return OpenAIModel(name, base_url=base_url, stream=stream, max_retries=max_retries)
+    # Offline providers plug in here, e.g.:
+    #   if provider == "rules":  return RulesModel(...)
+    #   if provider == "replay": return ReplayModel(Path(name))
+    raise ModelError(f"unknown model spec {spec!r}: use anthropic[:<model>] or openai:<model>")

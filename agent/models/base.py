@@ -1,0 +1,86 @@
+"""The one small protocol every model provider implements, and the types it returns.
+
+Messages use one neutral format, Anthropic Messages content blocks, so the loop and the
+trajectory never depend on which provider answered:
+
+    {"role": "user" | "assistant", "content": [block, ...]}
+    {"type": "text", "text": ...}
+    {"type": "tool_use", "id": ..., "name": ..., "input": {...}}
+    {"type": "tool_result", "tool_use_id": ..., "content": str, "is_error": bool}
+
+Tools are Anthropic-style ``{"name", "description", "input_schema"}``.
+``Reply.stop_reason`` uses the Anthropic vocabulary too ("end_turn", "tool_use",
+"max_tokens", ...); each adapter maps its provider's reasons onto it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Protocol, runtime_checkable
+
+# Retries after the first attempt, for 429 / 5xx / 529 overloaded. The SDKs' default (2)
+# gives up within ~1.5 s; an agent run is long, so wait out a short overload instead.
+DEFAULT_MAX_RETRIES = 5
+
+
+@dataclass
+class ToolCall:
+    """A tool the model asked for; ``error`` says why ``input`` could not be parsed."""
+
+    id: str
+    name: str
+    input: dict  # parsed arguments; {} if malformed
+    error: str | None = None  # set when the arguments were not valid JSON / not an object
+
+
+@dataclass
+class Usage:
+    """Token counts of one or more calls, split the way prices are quoted.
+
+    ``input_tokens`` excludes cached tokens (both writes and reads), as the Anthropic
+    API reports it, so every token is priced exactly once.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    cache_read: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Reply:
+    """One model turn, provider-neutral."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    usage: Usage
+    api_duration_s: float  # time spent in API calls incl. retries, measured apart from wall time
+    model: str  # model id as the server reported it
+    stop_reason: str
+    raw: dict  # JSON-serialisable response, for the trajectory
+
+
+class ModelError(Exception):
+    """one-line, user-facing: auth failure, unknown model, API error after retries"""
+
+
+@runtime_checkable
+class Model(Protocol):
+    name: str  # the spec, e.g. "anthropic:claude-sonnet-4-5"
+
+    def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply: ...
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """Collapse whitespace so an error message fits one terminal line."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."

@@ -1,0 +1,220 @@
+"""Task specs: one TOML file = one repo at a base commit + a goal + a correctness and a perf check.
+
+Validation happens here, once, so every later stage can trust the task. Errors are one line
+that names the file, the field and what is wrong: users fix task files by reading them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class TaskError(Exception):
+    """A task file that cannot be used; the message is a single line for the user."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SetupSpec(_Spec):
+    command: str = Field(min_length=1)
+    timeout_s: float = Field(default=600, gt=0)
+
+
+class CorrectnessSpec(_Spec):
+    command: str = Field(min_length=1)
+    poison: bool = True
+    timeout_s: float = Field(default=900, gt=0)
+
+
+class PerfSpec(_Spec):
+    command: str = Field(min_length=1)
+    metric: str = Field(min_length=1)
+    direction: Literal["lower", "higher"] = "lower"
+    min_effect: float = Field(default=0.03, gt=0, lt=1)
+    timeout_s: float = Field(default=300, gt=0)
+
+
+class ReferenceSpec(_Spec):
+    patch: str = Field(min_length=1)
+
+
+class BudgetSpec(_Spec):
+    max_turns: int = Field(default=40, gt=0)
+    max_cost_usd: float = Field(default=2.0, ge=0)
+    timeout_s: float = Field(default=1800, gt=0)
+
+
+class TaskSpec(_Spec):
+    """The TOML document as written; paths are still the author's strings."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    title: str = ""
+    repo: str = Field(min_length=1)
+    base: str = "HEAD"
+    prompt: str = Field(min_length=1)
+    focus: list[str] = []
+    protected: list[str] = []
+    requires_gpu: bool = False
+    setup: SetupSpec | None = None
+    correctness: CorrectnessSpec
+    perf: PerfSpec | None = None
+    reference: ReferenceSpec | None = None
+    budget: BudgetSpec = BudgetSpec()
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
+class Task(BaseModel):
+    """A validated task with its paths resolved."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: TaskSpec
+    file: Path
+    repo: str  # absolute path of a local repo/folder, or a git URL as written
+    reference_patch: Path | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def repo_is_url(self) -> bool:
+        return is_git_url(self.repo)
+
+
+def is_git_url(s: str) -> bool:
+    return "://" in s or s.startswith("git@") or s.endswith(".git") and not Path(s).exists()
+
+
+def resolve_near(file: Path, relative: str) -> Path | None:
+    """Resolve a task-relative path: the task file's folder, then each parent, first hit wins.
+
+    Task files live in `tasks/` but name `target_repo` or `tasks/reference/x.diff` from the
+    project root; walking up keeps both spellings working without a separate root setting.
+    """
+    p = Path(relative).expanduser()
+    if p.is_absolute():
+        return p if p.exists() else None
+    for folder in [file.parent, *file.parent.parents]:
+        if (folder / p).exists():
+            return (folder / p).resolve()
+    return None
+
+
+def _format_validation_error(file: Path, err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        what = "unknown key"
+    elif kind == "missing":
+        what = "missing required key"
+    else:
+        what = first["msg"]
+        if "input" in first and not isinstance(first["input"], (dict, list)):
+            what += f" (got {first['input']!r})"
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{file}: {field}: {what}{more}"
+
+
+def load_task(path: str | Path, *, check_base: bool = True) -> Task:
+    """Parse, validate and resolve one task file; raise TaskError with a one-line message."""
+    file = Path(path)
+    if not file.is_file():
+        raise TaskError(f"{file}: task file not found")
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TaskError(f"{file}: not valid TOML: {e}") from None
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as e:
+        raise TaskError(_format_validation_error(file, e)) from None
+
+    if is_git_url(spec.repo):
+        repo = spec.repo
+    else:
+        found = resolve_near(file, spec.repo)
+        if found is None or not found.is_dir():
+            raise TaskError(f"{file}: repo: path not found: {spec.repo}")
+        repo = str(found)
+        if check_base:
+            _check_base(file, found, spec.base)
+
+    reference = None
+    if spec.reference is not None:
+        reference = resolve_near(file, spec.reference.patch)
+        if reference is None or not reference.is_file():
+            raise TaskError(f"{file}: reference.patch: file not found: {spec.reference.patch}")
+    return Task(spec=spec, file=file.resolve(), repo=repo, reference_patch=reference)
+
+
+def _check_base(file: Path, repo: Path, base: str) -> None:
+    """A base commit must exist in a git repo; a plain folder only knows its current state."""
+    import git
+
+    if not (repo / ".git").exists():
+        if base != "HEAD":
+            raise TaskError(f"{file}: base: {repo} is not a git repository, so only base = \"HEAD\" is possible")
+        return
+    try:
+        git.Repo(repo).commit(base)
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise TaskError(f"{file}: base: unknown commit {base!r} in {repo}") from None
+
+
+def task_files(path: str | Path) -> list[Path]:
+    """Expand a task path: a task file, a task-set file (`tasks = [...]`), or a directory."""
+    p = Path(path)
+    if p.is_dir():
+        files = []
+        for f in sorted(p.glob("*.toml")):
+            if _is_task_set(f):
+                continue
+            files.append(f)
+        return files
+    if not p.is_file():
+        raise TaskError(f"{p}: no such task file, task set or directory")
+    if _is_task_set(p):
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        entries = data["tasks"]
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise TaskError(f"{p}: tasks: must be a list of task file paths")
+        return [(p.parent / e) for e in entries]
+    return [p]
+
+
+def _is_task_set(f: Path) -> bool:
+    try:
+        data = tomllib.loads(f.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        return False
+    return "tasks" in data and "id" not in data
+
+
+def load_task_set(path: str | Path) -> list[Task | TaskError]:
+    """Every task of a set, validated; invalid ones come back as their TaskError, in order."""
+    out: list[Task | TaskError] = []
+    for f in task_files(path):
+        try:
+            out.append(load_task(f))
+        except TaskError as e:
+            out.append(e)
+    return out

@@ -1,0 +1,181 @@
+"""An isolated git workspace per run: the task's repo at `base`, on a branch of its own.
+
+A local git repo is cloned with `--shared` (objects borrowed through alternates, never
+copied) so setup costs one checkout even on large repos; a URL is cloned; a plain folder
+becomes a fresh repo with one baseline commit. The user's repo and working tree are only
+ever read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import git
+
+RUN_BRANCH = "perfagent/run"
+# Never part of a baseline snapshot of a plain folder, nor of a candidate.
+DEFAULT_EXCLUDES = ["__pycache__/", "*.pyc", ".pytest_cache/", ".coverage*", "*.egg-info/"]
+_AUTHOR = {"GIT_AUTHOR_NAME": "perfagent", "GIT_AUTHOR_EMAIL": "perfagent@localhost",
+           "GIT_COMMITTER_NAME": "perfagent", "GIT_COMMITTER_EMAIL": "perfagent@localhost"}
+
+
+class WorkspaceError(Exception):
+    """The repo cannot be turned into a workspace (missing, unknown base, clone failed)."""
+
+
+class PatchError(Exception):
+    """A patch that does not apply; the message is git's reason, in one line."""
+
+
+def matches_any(path: str, patterns: list[str]) -> bool:
+    """Glob match on repo-relative posix paths; `tests/**` covers everything below tests/."""
+    p = PurePosixPath(path)
+    for pat in patterns:
+        if fnmatch.fnmatch(str(p), pat) or p.match(pat):
+            return True
+        if pat.endswith("/**") and (str(p) == pat[:-3] or str(p).startswith(pat[:-2])):
+            return True
+    return False
+
+
+@dataclass
+class Workspace:
+    root: Path
+    base_commit: str
+
+    @property
+    def repo(self) -> git.Repo:
+        return git.Repo(self.root)
+
+    @classmethod
+    def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> "Workspace":
+        """Materialise `source` at `base` in `dest` (a new temp folder when None)."""
+        dest = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix="perfagent-ws-"))
+        if dest.exists() and any(dest.iterdir()):
+            raise WorkspaceError(f"workspace folder is not empty: {dest}")
+        src = str(source)
+        try:
+            if "://" in src or src.startswith("git@"):
+                _git("clone", "--quiet", "--no-checkout", src, str(dest))
+            else:
+                path = Path(src).expanduser().resolve()
+                if not path.is_dir():
+                    raise WorkspaceError(f"repo not found: {src}")
+                if _is_repo_root(path):
+                    _git("clone", "--quiet", "--shared", "--no-checkout", str(path), str(dest))
+                else:
+                    _snapshot_folder(path, dest)
+            repo = git.Repo(dest)
+            try:
+                commit = repo.commit(base).hexsha
+            except (git.BadName, ValueError):
+                raise WorkspaceError(f"unknown base commit {base!r} in {src}") from None
+            repo.git.checkout("--quiet", "--force", "-B", RUN_BRANCH, commit)
+            (dest / ".git" / "info").mkdir(exist_ok=True)
+            (dest / ".git" / "info" / "exclude").write_text("\n".join(DEFAULT_EXCLUDES) + "\n")
+        except git.GitCommandError as e:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise WorkspaceError(f"cannot create workspace from {src}: {_one_line(e.stderr)}") from None
+        except WorkspaceError:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        return cls(root=dest, base_commit=commit)
+
+    # -- reading the candidate ------------------------------------------------------------
+    def _stage_all(self) -> None:
+        self.repo.git.add("--all", "--", ".")
+
+    def diff(self, against: str | None = None) -> str:
+        """Everything the candidate changes relative to base (untracked files included)."""
+        self._stage_all()
+        text = self.repo.git.diff("--cached", "--binary", "--no-color", "--no-ext-diff", against or self.base_commit)
+        return text + "\n" if text and not text.endswith("\n") else text
+
+    def changed_files(self) -> list[str]:
+        self._stage_all()
+        out = self.repo.git.diff("--cached", "--name-only", "--no-renames", self.base_commit)
+        return [line for line in out.splitlines() if line]
+
+    def protected_changes(self, patterns: list[str]) -> list[str]:
+        return [f for f in self.changed_files() if matches_any(f, patterns)]
+
+    # -- changing the candidate -----------------------------------------------------------
+    def snapshot(self, message: str = "candidate") -> str:
+        """Commit the current state on the run branch; returns the commit sha."""
+        self._stage_all()
+        self.repo.git.commit("--quiet", "--allow-empty", "--no-verify", "-m", message, env=_AUTHOR)
+        return self.repo.head.commit.hexsha
+
+    def reset(self, commit: str | None = None) -> None:
+        """Back to base (or to a snapshot): tracked files restored, untracked ones removed."""
+        self.repo.git.reset("--quiet", "--hard", commit or self.base_commit)
+        self.repo.git.clean("-fdq")
+
+    def restore_paths(self, patterns: list[str], commit: str | None = None) -> list[str]:
+        """Put the base version of every changed path matching `patterns` back; returns them."""
+        restored = self.protected_changes(patterns)
+        base = commit or self.base_commit
+        base_files = set(self.repo.git.ls_tree("-r", "--name-only", base).splitlines())
+        for f in restored:
+            if f in base_files:
+                self.repo.git.checkout(base, "--", f)
+            else:
+                self.repo.git.rm("--quiet", "--cached", "--force", "--ignore-unmatch", "--", f)
+                (self.root / f).unlink(missing_ok=True)
+        return restored
+
+    def apply_patch(self, patch: str) -> None:
+        """Apply a unified diff to the working tree; PatchError (and no change) when it won't."""
+        if not patch.strip():
+            return
+        for args in (["--check"], []):
+            proc = subprocess.run(
+                ["git", "apply", "--whitespace=nowarn", *args, "-"],
+                cwd=self.root, input=patch.encode(), capture_output=True,
+            )
+            if proc.returncode != 0:
+                raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch does not apply")
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _is_repo_root(path: Path) -> bool:
+    try:
+        return Path(git.Repo(path).working_tree_dir).resolve() == path
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return False
+
+
+def _snapshot_folder(src: Path, dest: Path) -> None:
+    """A plain folder becomes a new repo whose first commit is the folder as it is now.
+
+    git reads the folder as an external work tree, so nothing is written into it; the
+    folder's own .gitignore files still apply.
+    """
+    repo = git.Repo.init(dest)
+    (dest / ".git" / "info").mkdir(exist_ok=True)
+    (dest / ".git" / "info" / "exclude").write_text("\n".join(DEFAULT_EXCLUDES) + "\n")
+    g = repo.git
+    g.execute(["git", f"--git-dir={dest / '.git'}", f"--work-tree={src}", "add", "--all", "--", "."])
+    g.execute(["git", f"--git-dir={dest / '.git'}", "commit", "--quiet", "--no-verify", "-m", f"baseline: {src.name}"],
+              env=_AUTHOR)
+
+
+def _git(*args: str) -> None:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise git.GitCommandError(["git", *args], proc.returncode, proc.stderr)
+
+
+def _one_line(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    lines = [ln.removeprefix("stderr: ").strip("'").strip() for ln in lines]
+    return "; ".join(lines[:3])
