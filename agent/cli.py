@@ -10,7 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from agent.models.base import ModelError
 from agent.task import Task, TaskError, load_task_set
+from agent.workspace import PatchError, WorkspaceError
 
 EXIT_BAD_INPUT = 2
 
@@ -52,9 +54,81 @@ def _short(path: str) -> str:
         return path
 
 
+def _load_one_task(path: str) -> Task:
+    from agent.task import load_task
+
+    return load_task(path)
+
+
+def _prices(args: argparse.Namespace):
+    from agent.models.pricing import load_prices
+
+    return load_prices(Path(args.prices) if args.prices else None)
+
+
+def cmd_run(args: argparse.Namespace, out: Console) -> int:
+    import json
+
+    from agent.loop import Limits
+    from agent.models import make_model
+    from agent.progress import RunProgress
+    from agent.runner import new_run_id, run_task
+
+    task = _load_one_task(args.task)
+    model = make_model(args.model, base_url=args.base_url, stream=args.stream, task=task)
+    limits = Limits.of(task, max_turns=args.max_turns, max_cost_usd=args.max_cost, timeout_s=args.timeout)
+    run_id = args.run_id or new_run_id()
+    kwargs = dict(out_dir=Path(args.out), run_id=run_id, prices=_prices(args), limits=limits,
+                  keep_workspace=args.keep_workspace)
+    err = Console(stderr=True)
+    if args.quiet or args.json:
+        result = run_task(task, model, **kwargs)
+    else:
+        with RunProgress(err, f"{task.id} · {model.name}") as progress:
+            result = run_task(task, model, on_event=progress, **kwargs)
+    report = result.report
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    elif not args.quiet:
+        _print_run_summary(out, result)
+    for w in result.outcome.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    return 1 if report["is_error"] else 0
+
+
+def _print_run_summary(out: Console, result) -> None:
+    r = result.report
+    ev = r.get("evaluation") or {}
+    perf = ev.get("perf") or {}
+    cost = "unknown" if r["total_cost_usd"] is None else f"${r['total_cost_usd']:.4f}"
+    out.print(f"[bold]{r['subtype']}[/] in {r['num_turns']} turns, {r['duration_ms'] / 1000:.1f}s, cost {cost}")
+    out.print(f"verdict: [bold]{ev.get('verdict', '-')}[/]", highlight=False)
+    if perf:
+        out.print(f"perf {perf.get('metric')}: ratio {perf.get('ratio', 0):.3f} "
+                  f"[{perf.get('ci_low', 0):.3f}, {perf.get('ci_high', 0):.3f}] p={perf.get('p_value', 1):.2g} "
+                  f"-> {perf.get('verdict')}", highlight=False)
+    out.print(f"patch:  {result.paths.patch}\nreport: {result.paths.report}", highlight=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="perfagent", description="Propose performance edits, prove them safe, measure them, report the cost.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run the agent on one task")
+    r.add_argument("task", help="a task file (TOML)")
+    r.add_argument("--model", default="rules", help="rules | anthropic:<model> | openai:<model> | replay:<trajectory.jsonl>")
+    r.add_argument("--base-url", default=None, help="API base URL (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)")
+    r.add_argument("--stream", action="store_true", help="use the streaming API")
+    r.add_argument("--max-turns", type=int, default=None)
+    r.add_argument("--max-cost", type=float, default=None, help="USD")
+    r.add_argument("--timeout", type=float, default=None, help="seconds")
+    r.add_argument("--run-id", default=None)
+    r.add_argument("--out", default=".", help="folder that receives results/ and patches/")
+    r.add_argument("--prices", default=None, help="JSON file of per-million-token prices overriding the built-in table")
+    r.add_argument("--keep-workspace", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no progress, no summary")
+    r.add_argument("--json", action="store_true", help="print report.json to stdout")
+    r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("tasks", help="validate and list tasks (a task file, a task-set file or a directory)")
     t.add_argument("path", nargs="?", default="tasks")
@@ -69,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         return args.func(args, out)
-    except (UserError, TaskError) as e:
+    except (UserError, TaskError, ModelError, WorkspaceError, PatchError) as e:
         err.print(f"[red]error:[/] {e}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

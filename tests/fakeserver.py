@@ -24,8 +24,10 @@ what the agent sent). An exhausted script answers 400, which clients do not retr
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -289,6 +291,21 @@ class OpenAI:
 # ---- the server -------------------------------------------------------------------
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    """Quiet about clients hanging up (keep-alive sockets closed by the SDK); keeps other
+    handler exceptions in `errors` so a test can assert the fake itself did not break."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.errors: list[str] = []
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            self.errors.append(traceback.format_exc())
+
+
 class FakeServer:
     """Scripted provider APIs on 127.0.0.1; see the module docstring."""
 
@@ -297,8 +314,7 @@ class FakeServer:
         self._queue: deque[Item] = deque()
         self._requests: list[Recorded] = []
         self._count = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread: threading.Thread | None = None
 
     @property
@@ -316,6 +332,11 @@ class FakeServer:
     def requests(self) -> list[Recorded]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def errors(self) -> list[str]:
+        """Tracebacks of exceptions inside the fake server (should stay empty)."""
+        return list(self._httpd.errors)
 
     @property
     def remaining(self) -> int:
@@ -423,3 +444,4 @@ def fake_server() -> Iterator[FakeServer]:
     """A started FakeServer, stopped after the test. Import it into a test module to use it."""
     with FakeServer() as server:
         yield server
+    assert not server.errors, server.errors[0]

@@ -231,6 +231,10 @@ def test_anthropic_unknown_model_and_exhausted_retries(fake_server):
     with pytest.raises(ModelError) as err:
         claude(fake_server, max_retries=1).complete(SYSTEM, FIRST, TOOLS)
     assert str(err.value) == "anthropic API: 529 overloaded_error: Overloaded (after 1 retries)"
+    fake_server.script([overloaded(mid_stream=True), overloaded(mid_stream=True)])
+    with pytest.raises(ModelError) as err:
+        claude(fake_server, stream=True, max_retries=1).complete(SYSTEM, FIRST, TOOLS)
+    assert str(err.value) == "anthropic API: stream error overloaded_error: Overloaded (after 1 retries)"
 
 
 def unused_port() -> int:

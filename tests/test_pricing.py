@@ -76,7 +76,7 @@ def test_normalize_model_id(table, model_id, key):
 
 def test_claude_cache_prices_follow_the_published_multipliers(table):
     for key, p in table.models.items():
-        if key.startswith("claude-"):
+        if key.startswith("claude-") and key != "claude-3-haiku":  # its list prices are rounded
             assert (p.cache_write_5m, p.cache_write_1h, p.cache_read) == (
                 p.input * Decimal("1.25"), p.input * 2, p.input * Decimal("0.1")), key
 

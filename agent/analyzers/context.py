@@ -239,3 +239,8 @@ def dedupe_keys(findings: list[Finding]) -> list[Finding]:
         seen[(f.rule, f.key)] = n
         out.append(f if n == 1 else replace(f, key=f"{f.key}#{n}"))
     return out
+
+
+def shorten(code: str, limit: int = 100) -> str:
+    """Keep keys and messages readable: long expressions end in `...`."""
+    return code if len(code) <= limit else code[: limit - 3] + "..."

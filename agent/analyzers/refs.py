@@ -3,8 +3,9 @@
 A `Ref` is a tuple: a root (`"self"`, or a scope-qualified, versioned local name) and then
 path elements: `.attr`, `["key"]` (string keys), `[*]` (any other index). Zero-offset views
 (`x[:n]`, `x.view(...)`) name the same storage as `x`; offset views (`x[1:]`) do not.
-Aliases (`cu = self.meta["cu"]`, `self.meta = {"cu": cu}`) map a Ref to others; `resolve`
-follows them in both directions' worth of edges by rewriting prefixes.
+Alias edges go from the assigned Ref to the assigned one (`self.x = cu` maps `self.x` to
+`cu`; `self.meta = {"cu": cu}` maps `self.meta["cu"]` to `cu`); `resolve` follows them by
+rewriting prefixes, so a buffer and a write are linked when their resolved sets meet.
 """
 
 from __future__ import annotations

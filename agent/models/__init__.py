@@ -34,7 +34,8 @@ def make_model(
     provider, _, name = spec.strip().partition(":")
     name = name.strip()
     if provider == "anthropic":
-        return AnthropicModel(name or DEFAULT_ANTHROPIC_MODEL, base_url=base_url, stream=stream, max_retries=max_retries)
+        model = name or DEFAULT_ANTHROPIC_MODEL
+        return AnthropicModel(model, base_url=base_url, stream=stream, max_retries=max_retries)
     if provider == "openai":
         if not name:
             raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")

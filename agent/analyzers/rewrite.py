@@ -1,0 +1,94 @@
+"""Apply chosen zero-init-buffer rewrites (zeros -> empty) to source, one finding at a time.
+
+Findings are matched by key (path-independent part), so a policy can analyse once and
+apply or revert any subset later; formatting and comments outside the rewritten call
+are left byte-for-byte as they were.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+import libcst as cst
+
+from .buffers import Alloc, zero_init_sites
+from .context import ModuleContext
+from .factories import to_empty
+from .model import ZERO_INIT, AnalyzerConfig, Finding
+
+
+class RewriteError(ValueError):
+    """A requested rewrite does not match an allocation in the given source."""
+
+
+def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
+    """`source` with exactly the given fixable zero-init-buffer findings rewritten.
+
+    Other findings are ignored. A finding that no longer matches the source raises
+    RewriteError rather than silently doing nothing.
+    """
+    wanted = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
+    if not wanted:
+        return source
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        raise RewriteError(f"{wanted[0].path}: does not parse: {e.message}") from None
+    ctx = ModuleContext.build(module, wanted[0].path, AnalyzerConfig())
+    sites = zero_init_sites(ctx)
+    by_key = {_local(f.key): a for f, a in sites}
+    by_pos = {(f.line, f.col): (f, a) for f, a in sites}
+    chosen: dict[int, Alloc] = {}
+    for w in wanted:
+        alloc = by_key.get(_local(w.key))
+        if alloc is None and (w.line, w.col) in by_pos:  # numbering (#2) shifted, same target at the same place
+            f, a = by_pos[(w.line, w.col)]
+            alloc = a if _unnumbered(_local(f.key)) == _unnumbered(_local(w.key)) else None
+        if alloc is None or not alloc.factory.fixable:
+            raise RewriteError(f"{w.key}: no matching rewritable allocation in this source")
+        chosen[id(alloc.call)] = alloc
+    return module.visit(_ToEmpty(chosen)).code
+
+
+def fix_paths(findings: Iterable[Finding], root: Path, *, include_unsafe: bool = False) -> dict[str, int]:
+    """Rewrite files under `root` in place; returns {relative path: rewrites applied}.
+
+    Only findings with `safe_to_rewrite` unless `include_unsafe` (a hazard was seen).
+    """
+    by_path: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.rule == ZERO_INIT and f.fixable and (f.safe_to_rewrite or include_unsafe):
+            by_path[f.path].append(f)
+    counts: dict[str, int] = {}
+    for rel, group in sorted(by_path.items()):
+        file = Path(root) / rel
+        with open(file, encoding="utf-8", newline="") as fh:
+            source = fh.read()
+        new = apply_rewrites(source, group)
+        if new != source:
+            with open(file, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new)
+            counts[rel] = len(group)
+    return counts
+
+
+def _local(key: str) -> str:
+    """`path::function::target` without the path, so copies of a file match."""
+    return key.split("::", 1)[1] if "::" in key else key
+
+
+def _unnumbered(key: str) -> str:
+    head, sep, tail = key.rpartition("#")
+    return head if sep and tail.isdigit() else key
+
+
+class _ToEmpty(cst.CSTTransformer):
+    def __init__(self, chosen: dict[int, Alloc]) -> None:
+        super().__init__()
+        self.chosen = chosen
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        alloc = self.chosen.get(id(original_node))
+        return to_empty(updated_node, alloc.factory) if alloc else updated_node
