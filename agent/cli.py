@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     model = make_model(args.model, base_url=args.base_url, stream=args.stream, task=task)
     limits = Limits.of(task, max_turns=args.max_turns, max_cost_usd=args.max_cost, timeout_s=args.timeout)
     run_id = args.run_id or new_run_id()
-    kwargs = dict(out_dir=Path(args.out), run_id=run_id, prices=_prices(args), limits=limits,
+    kwargs = dict(out_dir=Path(args.out), run_id=run_id, job=args.job, prices=_prices(args), limits=limits,
                   keep_workspace=args.keep_workspace)
     err = Console(stderr=True)
     if args.quiet or args.json:
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-cost", type=float, default=None, help="USD")
     r.add_argument("--timeout", type=float, default=None, help="seconds")
     r.add_argument("--run-id", default=None)
+    r.add_argument("--job", default=None, help="results sub-folder name (default: the task id)")
     r.add_argument("--out", default=".", help="folder that receives results/ and patches/")
     r.add_argument("--prices", default=None, help="JSON file of per-million-token prices overriding the built-in table")
     r.add_argument("--keep-workspace", action="store_true")

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from agent.models.pricing import load_prices
 from agent.models import DEFAULT_ANTHROPIC_MODEL, Model, ModelError, Usage, make_model
 from agent.models.anthropic import MAX_CACHE_BREAKPOINTS, usage_from_api, with_cache_breakpoints
 from agent.models.openai import from_openai_messages, to_openai_messages
@@ -106,6 +107,7 @@ def test_default_model_is_a_current_sonnet():
     from anthropic._data.deprecated_models import DEPRECATED_MODELS
 
     assert "sonnet" in DEFAULT_ANTHROPIC_MODEL and DEFAULT_ANTHROPIC_MODEL not in DEPRECATED_MODELS
+    assert load_prices().lookup(DEFAULT_ANTHROPIC_MODEL) is not None  # a default run has a known cost
 
 
 # ---- anthropic ----------------------------------------------------------------------

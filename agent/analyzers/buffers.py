@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from .context import (ModuleContext, ScopedVisitor, is_literal_true, kwarg, method_name, positional, render,
+from .context import (ModuleContext, is_literal_true, kwarg, method_name, positional, render,
                       shorten, string_key)
 from .factories import Factory, classify
 from .model import PREFIX_ZERO, ZERO_INIT, Finding
 from .refs import Ref, key_element, overlaps, path_of, resolve, write_target
+from .tensors import TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
 _CONVERSIONS = frozenset({"to", "cuda", "int", "long", "float", "half", "bfloat16", "bool", "double",
@@ -163,7 +164,7 @@ def _skipped(skips: tuple[str, ...]) -> str:
 
 
 
-class _BufferVisitor(ScopedVisitor):
+class _BufferVisitor(TensorVisitor):
     """Records allocations, alias edges and initial-value-dependent writes in source order."""
 
     def __init__(self, ctx: ModuleContext) -> None:
@@ -222,6 +223,7 @@ class _BufferVisitor(ScopedVisitor):
 
     # bindings --------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
+        super().visit_Assign(node)
         first = node.targets[0].target
         self.bind(first, node.value)
         first_ref = self.path(first)
@@ -232,6 +234,7 @@ class _BufferVisitor(ScopedVisitor):
                 self.aliases[ref].append(first_ref)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        super().visit_AnnAssign(node)
         if node.value is not None:
             self.bind(node.target, node.value)
 
@@ -264,6 +267,8 @@ class _BufferVisitor(ScopedVisitor):
             ref, skips = write_target(target, self.root_of)
             if skips:
                 self._record("prefix", target, target, ref, skips)
+            elif any(isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in target.slice):
+                self._record("sparse", target, target, ref, [])  # buf[idx] = v: a scatter through an index tensor
             if any(isinstance(el.slice, cst.Slice) for el in target.slice) or self._is_buffer(target.value):
                 return  # a store into a tensor copies the value: a zeros temporary here is read
         target_ref = self.path(target)
@@ -279,6 +284,14 @@ class _BufferVisitor(ScopedVisitor):
         if isinstance(inner, cst.Call) and (factory := classify(inner, self.ctx)) is not None:
             self.allocs.append(Alloc(inner, factory, text, ref, self.function))
             return
+        if isinstance(value, cst.ListComp):  # [torch.zeros(...) for _ in range(n)]: one buffer per element
+            self.bind_value(ref + ("[*]",) if ref is not None else None, text + "[*]", value.elt)
+            return
+        if isinstance(value, (cst.List, cst.Tuple)):
+            for i, el in enumerate(value.elements):
+                if isinstance(el, cst.Element):
+                    self._bind_entry(ref, text, "[*]", el.value, shown=f"[{i}]")
+            return
         if isinstance(value, cst.Dict):
             for el in value.elements:
                 if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
@@ -290,14 +303,15 @@ class _BufferVisitor(ScopedVisitor):
                 if arg.keyword is not None:
                     self._bind_entry(ref, text, element(arg.keyword.value), arg.value)
 
-    def _bind_entry(self, ref: Ref | None, text: str, element: str, value: cst.BaseExpression) -> None:
+    def _bind_entry(self, ref: Ref | None, text: str, element: str, value: cst.BaseExpression,
+                    shown: str | None = None) -> None:
         sub = ref + (element,) if ref is not None else None
         value_ref = self.path(value)
         if value_ref is not None:
             if sub is not None:
                 self.aliases[sub].append(value_ref)
             return
-        self.bind_value(sub, text + element, value)
+        self.bind_value(sub, text + (shown or element), value)
 
     def _is_buffer(self, expr: cst.BaseExpression) -> bool:
         ref = self.path(expr)

@@ -1,8 +1,9 @@
 """Cheap guesses about which expressions are tensors, for the rules that need it.
 
 No type inference: a name is a tensor when it was last assigned a `torch.*` call or a
-tensor-method result, or is a parameter annotated `Tensor`; an attribute is one when the
-module assigns it a `torch.*` call anywhere. Guesses err towards "not a tensor" so the
+tensor-method result, or is a parameter annotated `Tensor` or used like one in its function
+(`p.device`, `p.dtype`, `p.item()`, `p.tolist()`, `p.copy_(...)`, `torch.f(p, ...)`) until it
+is reassigned; an attribute is one when the module assigns it a `torch.*` call anywhere. Guesses err towards "not a tensor" so the
 host-sync rule stays quiet on ints and lists.
 """
 
@@ -26,6 +27,9 @@ TENSOR_METHODS = frozenset({
     "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "diff", "sort", "topk", "gather",
 })
 _HOST_SUFFIXES = ("_host", "_np", "_list", "_py")
+_TENSOR_ONLY_ATTRS = frozenset({"device", "dtype", "is_cuda"})
+_TENSOR_ONLY_METHODS = frozenset({"item", "tolist", "numel", "copy_", "cuda", "int", "long", "float", "half",
+                                  "bfloat16", "masked_fill", "masked_fill_", "index_select", "cumsum", "clamp"})
 
 
 def host_named(expr: cst.BaseExpression, module: cst.Module) -> bool:
@@ -67,9 +71,11 @@ class TensorVisitor(ScopedVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
         p = node.params
-        annotated = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)
-                     if x.annotation is not None and "Tensor" in self.ctx.code(x.annotation.annotation)}
-        self._tensors.append(annotated)
+        params = [x for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
+        annotated = {x.name.value for x in params if x.annotation is not None
+                     and "Tensor" in self.ctx.code(x.annotation.annotation)}
+        used = _used_as_tensor(node.body, self.ctx) & {x.name.value for x in params}
+        self._tensors.append(annotated | used)
         self._lists.append(set())
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
@@ -129,3 +135,21 @@ class TensorVisitor(ScopedVisitor):
                 return False
             return self.likely_tensor(expr.left) or any(self.likely_tensor(c.comparator) for c in expr.comparisons)
         return False
+
+
+def _used_as_tensor(body: cst.CSTNode, ctx: ModuleContext) -> set[str]:
+    """Names the code treats as tensors: `n.device`, `n.item()`, `torch.cumsum(n, ...)`."""
+    found: set[str] = set()
+
+    class _Uses(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if isinstance(node.value, cst.Name) and node.attr.value in _TENSOR_ONLY_ATTRS | _TENSOR_ONLY_METHODS:
+                found.add(node.value.value)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            first = node.args[0].value if node.args and node.args[0].keyword is None else None
+            if isinstance(first, cst.Name) and torch_tensor_call(node, ctx):
+                found.add(first.value)
+
+    body.visit(_Uses())
+    return found

@@ -3,13 +3,22 @@
     anthropic                  -> the default Claude model (DEFAULT_ANTHROPIC_MODEL)
     anthropic:<model>          -> Messages API
     openai:<model>             -> chat completions at OPENAI_BASE_URL / base_url
+    replay:<trajectory.jsonl>  -> the assistant turns of a recorded run, tools re-run live
+    rules                      -> the offline policy (static analyzers + checks), needs the task
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from .anthropic import DEFAULT_ANTHROPIC_MODEL, AnthropicModel
 from .base import DEFAULT_MAX_RETRIES, Model, ModelError, Reply, ToolCall, Usage
 from .openai import OpenAIModel
+from .replay import ReplayModel
+
+if TYPE_CHECKING:
+    from agent.task import Task
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
@@ -29,6 +38,7 @@ def make_model(
     base_url: str | None = None,
     stream: bool = False,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    task: "Task | None" = None,
 ) -> Model:
     """Build the model a spec names; raises ModelError for an unknown spec or missing key."""
     provider, _, name = spec.strip().partition(":")
@@ -40,7 +50,14 @@ def make_model(
         if not name:
             raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")
         return OpenAIModel(name, base_url=base_url, stream=stream, max_retries=max_retries)
-    # Offline providers plug in here, e.g.:
-    #   if provider == "rules":  return RulesModel(...)
-    #   if provider == "replay": return ReplayModel(Path(name))
-    raise ModelError(f"unknown model spec {spec!r}: use anthropic[:<model>] or openai:<model>")
+    if provider == "replay":
+        if not name:
+            raise ModelError(f"model spec {spec!r} names no trajectory: use replay:<trajectory.jsonl>")
+        return ReplayModel(Path(name))
+    if provider == "rules" and not name:
+        if task is None:
+            raise ModelError("the rules policy needs a task")
+        from .rules import RulesPolicy
+
+        return RulesPolicy(task)
+    raise ModelError(f"unknown model spec {spec!r}: use rules, anthropic[:<model>], openai:<model> or replay:<file>")

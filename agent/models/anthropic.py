@@ -20,9 +20,10 @@ from .base import DEFAULT_MAX_RETRIES, ModelError, Reply, ToolCall, Usage, one_l
 # `anthropic.types.model.Model`, newest first, and the ones past or near end of life in
 # `anthropic._data.deprecated_models.DEPRECATED_MODELS`. Sonnets there: claude-sonnet-5-5,
 # claude-sonnet-5, claude-sonnet-4-6, claude-sonnet-4-5 (deprecated: end of life
-# 2026-11-30; claude-sonnet-4 retires 2026-06-15). The newest non-deprecated Sonnet is
-# claude-sonnet-5-5, which is also the model the SDK's own examples use.
-DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-5-5"
+# 2026-11-30; claude-sonnet-4 retires 2026-06-15). We take claude-sonnet-4-6: current
+# (not deprecated) and the newest Sonnet whose price our table knows, so a default run
+# reports what it cost instead of null. Newer Sonnets work by name (--model anthropic:...).
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 
 MAX_CACHE_BREAKPOINTS = 4  # the API rejects requests with more
 USER_TURN_BREAKPOINTS = 2  # latest user turn writes the cache, the one before reads it
