@@ -110,6 +110,31 @@ def _print_run_summary(out: Console, result) -> None:
     out.print(f"patch:  {result.paths.patch}\nreport: {result.paths.report}", highlight=False)
 
 
+def cmd_lint(args: argparse.Namespace, out: Console) -> int:
+    import json
+
+    from agent.analyzers import RULES, analyze_paths, findings_json, findings_table, fix_paths
+
+    paths = [Path(p) for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UserError(f"no such file or directory: {', '.join(missing)}")
+    unknown = sorted(set(args.rule or []) - set(RULES))
+    if unknown:
+        raise UserError(f"unknown rule {', '.join(unknown)}; rules: {', '.join(sorted(RULES))}")
+    root = paths[0] if len(paths) == 1 and paths[0].is_dir() else Path.cwd()
+    findings = analyze_paths(paths, root=root, rules=set(args.rule) if args.rule else None)
+    if args.fix:
+        fixed = fix_paths(findings, root)
+        for path, n in sorted(fixed.items()):
+            print(f"fixed {n} in {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(findings_json(findings), indent=2))
+    else:
+        out.print(findings_table(findings, title=f"{len(findings)} finding(s) in {', '.join(args.paths)}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="perfagent", description="Propose performance edits, prove them safe, measure them, report the cost.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -130,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress, no summary")
     r.add_argument("--json", action="store_true", help="print report.json to stdout")
     r.set_defaults(func=cmd_run)
+
+    lint = sub.add_parser("lint", help="static performance findings on Python/PyTorch code")
+    lint.add_argument("paths", nargs="+", metavar="PATH")
+    lint.add_argument("--rule", action="append", help="only this rule id (repeatable)")
+    lint.add_argument("--fix", action="store_true", help="apply the rewrites the analyzers consider safe")
+    lint.add_argument("--json", action="store_true")
+    lint.set_defaults(func=cmd_lint)
 
     t = sub.add_parser("tasks", help="validate and list tasks (a task file, a task-set file or a directory)")
     t.add_argument("path", nargs="?", default="tasks")

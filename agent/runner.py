@@ -93,17 +93,17 @@ def run_task(
     candidates = Candidates()
     checks_log: list[dict[str, Any]] = []
 
-    def grade(full: bool) -> Evaluation:
+    def grade(full: bool, perf: bool = True) -> Evaluation:
         diff = ws.diff()
         on_event("checks", {"full": full})
-        ev = checker.evaluate(diff, quick=not full, reference=full)
+        ev = checker.evaluate(diff, quick=not full, perf=perf, reference=full)
         candidates.add(diff, ev, full)
         checks_log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json")})
         write_json(paths.checks, checks_log)
         return ev
 
-    def run_checks_tool() -> str:
-        return summarize(grade(full=False))
+    def run_checks_tool(perf: bool) -> str:
+        return summarize(grade(full=False, perf=perf))
 
     def grade_submission() -> tuple[bool, str]:
         try:

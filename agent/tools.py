@@ -65,8 +65,9 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
         "name": "run_checks",
         "description": "Run the task's correctness checks (incl. poisoned uninitialised memory) and a quick "
-                       "perf comparison against the baseline; returns a summary.",
-        "input_schema": {"type": "object", "properties": {}, "required": []},
+                       "perf comparison against the baseline; returns a summary. perf=false skips the perf part.",
+        "input_schema": {"type": "object", "properties": {"perf": {"type": "boolean", "default": True}},
+                         "required": []},
     },
     {
         "name": "submit",
@@ -75,7 +76,7 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = [t["name"] for t in TOOL_SCHEMAS]
-_TYPES = {"string": str, "integer": int}
+_TYPES = {"string": str, "integer": int, "boolean": bool}
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class Toolbox:
 
     workspace: Workspace
     protected: list[str] = field(default_factory=list)
-    run_checks: Callable[[], str] | None = None
+    run_checks: Callable[[bool], str] | None = None  # perf -> summary
     command_timeout_s: float = 300
     denials: list[dict[str, Any]] = field(default_factory=list)
     submitted: str | None = None
@@ -218,10 +219,10 @@ class Toolbox:
         status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         return f"[{status}, {res.duration_s:.1f}s]\n{res.output}"
 
-    def _run_checks(self) -> str:
+    def _run_checks(self, perf: bool = True) -> str:
         if self.run_checks is None:
             raise ToolFailure("run_checks is not available in this run")
-        return self.run_checks()
+        return self.run_checks(perf)
 
     def _submit(self, summary: str) -> str:
         self.submitted = summary
@@ -242,6 +243,6 @@ def _validate(schema: dict[str, Any], args: Any) -> dict[str, Any]:
         want = _TYPES[props[name]["type"]]
         if want is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
             args = {**args, name: int(value)}
-        elif not isinstance(value, want) or isinstance(value, bool):
+        elif not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
             raise ToolFailure(f"{schema['name']}: argument {name!r} must be a {props[name]['type']}")
     return args

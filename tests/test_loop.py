@@ -68,7 +68,7 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     fake_server.script(session_script())
     url = fake_server.url if provider == "anthropic" else fake_server.openai_url
     model = make_model(f"{provider}:claude-sonnet-4-5" if provider == "anthropic" else "openai:gpt-4o", base_url=url, stream=stream)
-    tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda: "checks: pass")
+    tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda perf: "checks: pass")
     traj = Trajectory(tmp / "trajectory.jsonl")
     out = run_loop(task, model, tools, limits=Limits.of(task), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=traj)
@@ -157,10 +157,10 @@ def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
     fake_server.script(session_script())
     model = make_model("anthropic:claude-sonnet-4-5", base_url=fake_server.url)
     traj = Trajectory(tmp / "recorded.jsonl")
-    run_loop(task, model, Toolbox(ws, run_checks=lambda: "ok"), limits=Limits.of(task), prices=load_prices(),
+    run_loop(task, model, Toolbox(ws, run_checks=lambda perf: "ok"), limits=Limits.of(task), prices=load_prices(),
              grade_submission=grader(ws), trajectory=traj)
     fresh = Workspace.create(task.repo, dest=tmp / "ws2")
-    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda: "ok"), limits=Limits.of(task),
+    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda perf: "ok"), limits=Limits.of(task),
                    prices=load_prices(), grade_submission=grader(fresh), trajectory=Trajectory(None))
     assert out.subtype == "success" and out.num_turns == 4
     assert fresh.diff() == ws.diff() != ""

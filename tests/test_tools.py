@@ -101,7 +101,9 @@ def test_malformed_calls_become_tool_errors(box):
 
 
 def test_run_checks_and_submit(box):
-    box.run_checks = lambda: "all good"
-    assert box.call("run_checks", {}).content == "all good"
+    box.run_checks = lambda perf: f"all good (perf={perf})"
+    assert box.call("run_checks", {}).content == "all good (perf=True)"
+    assert box.call("run_checks", {"perf": False}).content == "all good (perf=False)"
+    assert box.call("run_checks", {"perf": "no"}).is_error
     assert box.call("submit", {"summary": "done"}).content == "submitted"
     assert box.submitted == "done"

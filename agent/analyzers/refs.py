@@ -18,6 +18,11 @@ from .context import string_key
 
 Ref = tuple[str, ...]
 RootOf = Callable[[cst.Name], Ref]
+IsTensor = Callable[[cst.BaseExpression], bool]
+
+
+def _never(expr: cst.BaseExpression) -> bool:
+    return False
 
 VIEW_METHODS = frozenset({"view", "view_as", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
                           "contiguous", "detach"})
@@ -37,38 +42,42 @@ def literal_int(expr: cst.BaseExpression | None) -> int | None:
     return None
 
 
-def path_of(expr: cst.BaseExpression, root_of: RootOf) -> Ref | None:
-    """The storage an expression names, or None when it is a computed value or an offset view."""
+def path_of(expr: cst.BaseExpression, root_of: RootOf, is_tensor: IsTensor = _never) -> Ref | None:
+    """The storage an expression names, or None when it is a computed value, an offset view
+    or a gather (`x[index_tensor]` copies)."""
     if isinstance(expr, cst.Name):
         return root_of(expr)
     if isinstance(expr, cst.Attribute):
-        base = path_of(expr.value, root_of)
+        base = path_of(expr.value, root_of, is_tensor)
         return None if base is None else base + (f".{expr.attr.value}",)
     if isinstance(expr, cst.Subscript):
-        base = path_of(expr.value, root_of)
+        base = path_of(expr.value, root_of, is_tensor)
         if base is None:
             return None
         if len(expr.slice) == 1 and (key := string_key(expr.slice[0].slice)) is not None:
             return base + (key_element(key),)
-        kinds = [_element_kind(el.slice) for el in expr.slice]
-        if "offset" in kinds:
+        kinds = [_element_kind(el.slice, is_tensor) for el in expr.slice]
+        if "offset" in kinds or "gather" in kinds:
             return None
         return base + ("[*]",) if "index" in kinds else base
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
         method = expr.func.attr.value
         if method in VIEW_METHODS or (method == "narrow" and _narrow_start(expr) == 0):
-            return path_of(expr.func.value, root_of)
+            return path_of(expr.func.value, root_of, is_tensor)
     return None
 
 
-def write_target(expr: cst.BaseExpression, root_of: RootOf) -> tuple[Ref | None, list[str]]:
+def write_target(expr: cst.BaseExpression, root_of: RootOf,
+                 is_tensor: IsTensor = _never) -> tuple[Ref | None, list[str]]:
     """The storage a write into `expr` lands in, and the literal slice starts it skips.
 
-    `buf[1:n+1]` -> (buf, ["1"]): elements before index 1 are not written by it.
+    `buf[1:n+1]` -> (buf, ["1"]): elements before index 1 are not written by it;
+    `buf[idx] = v` with an index tensor scatters into `buf`.
     """
     skips: list[str] = []
     while True:
-        if isinstance(expr, cst.Subscript) and any(isinstance(el.slice, cst.Slice) for el in expr.slice):
+        if isinstance(expr, cst.Subscript) and any(
+                isinstance(el.slice, cst.Slice) or _element_kind(el.slice, is_tensor) == "gather" for el in expr.slice):
             for el in expr.slice:
                 if isinstance(el.slice, cst.Slice) and literal_int(el.slice.lower) not in (None, 0):
                     skips.append(str(literal_int(el.slice.lower)))
@@ -81,7 +90,7 @@ def write_target(expr: cst.BaseExpression, root_of: RootOf) -> tuple[Ref | None,
         elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in VIEW_METHODS:
             expr = expr.func.value
         else:
-            return path_of(expr, root_of), skips
+            return path_of(expr, root_of, is_tensor), skips
 
 
 def resolve(ref: Ref, aliases: Mapping[Ref, Sequence[Ref]]) -> frozenset[Ref]:
@@ -108,9 +117,9 @@ def overlaps(buffer_ids: frozenset[Ref], write_ids: frozenset[Ref]) -> bool:
     return False
 
 
-def _element_kind(sub: cst.BaseSlice) -> str:
+def _element_kind(sub: cst.BaseSlice, is_tensor: IsTensor) -> str:
     if isinstance(sub, cst.Index):
-        return "index"
+        return "gather" if is_tensor(sub.value) else "index"
     assert isinstance(sub, cst.Slice)
     return "view" if sub.lower is None or literal_int(sub.lower) == 0 else "offset"
 

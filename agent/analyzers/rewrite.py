@@ -13,7 +13,8 @@ from typing import Iterable
 
 import libcst as cst
 
-from .buffers import Alloc, zero_init_sites
+from .buffers import zero_init_sites
+from .flow import Alloc
 from .context import ModuleContext
 from .factories import to_empty
 from .model import ZERO_INIT, AnalyzerConfig, Finding

@@ -123,6 +123,9 @@ class TokenAllocator:
         perm = torch.randperm(slots.numel(), generator=torch.Generator().manual_seed(len(self.free_pages)))
         return slots[perm][:n].to(self.pool.device)
 
+    def free_slots(self, slots: torch.Tensor) -> None:
+        self.free_pages.extend(torch.unique(slots.cpu() // self.page_size).tolist())
+
     def free_request(self, r: int) -> None:
         self.free_pages.extend(self.pages.pop(r))
         self.lengths.pop(r)

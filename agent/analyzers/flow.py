@@ -1,0 +1,362 @@
+"""Where zero-filled buffers go and which writes depend on their initial contents.
+
+One pass over a module, in source order, records:
+
+* allocations (`classify`) bound to a name, attribute, subscript, dict entry, list element,
+  constructor keyword (`Meta(x=torch.zeros(...))`) or `register_buffer`;
+* alias edges between storage names (`cu = self.meta["cu"]`, `md.cu = bufs["cu"][:bs+1]`,
+  `self.graphs[bs] = md`);
+* writes that read or keep the initial contents: slices skipping leading elements
+  (`buf[1:n+1].copy_(...)`, `out=buf[1:]`), accumulation (`+=`, `add_`, ...) and sparse
+  writes (`index_put_`, `masked_fill_`, `buf[index_tensor] = v`, ...).
+
+Aliases rooted at locals are flow-sensitive (the latest assignment in source order wins),
+so `md.cu_seqlens_k` means whichever buffer it was last bound to, even when one local is
+rebound in several branches. Aliases rooted at `self` are object state shared by every
+method and are kept as a union. When a local object is stored into `self...`, a snapshot of
+its current fields is stored (fields added later in that function are appended at its end).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, render, string_key
+from .factories import Factory, classify
+from .refs import Ref, key_element, overlaps, path_of, resolve, write_target
+from .tensors import TensorVisitor
+
+# Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
+_CONVERSIONS = frozenset({"to", "cuda", "int", "long", "float", "half", "bfloat16", "bool", "double",
+                          "contiguous", "pin_memory", "clone"})
+_PURE_WRITES = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_",
+                          "exponential_", "geometric_", "log_normal_", "cauchy_"})
+_ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor_divide_", "addcmul_",
+                          "addcdiv_", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_", "index_add_",
+                          "scatter_add_", "scatter_reduce_", "index_reduce_", "lerp_", "clamp_", "clamp_min_",
+                          "clamp_max_", "pow_", "neg_", "abs_", "exp_", "log_", "sqrt_", "rsqrt_", "cumsum_",
+                          "cumprod_", "relu_", "sigmoid_", "tanh_", "sign_", "logical_or_", "logical_and_",
+                          "bitwise_or_", "bitwise_and_", "bitwise_xor_", "maximum_", "minimum_", "fmax_", "fmin_"})
+_SPARSE_WRITES = frozenset({"index_put_", "masked_fill_", "masked_scatter_", "index_fill_", "index_copy_", "scatter_"})
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """A factory call bound to some storage name."""
+
+    call: cst.Call
+    factory: Factory
+    target: str          # canonical text of the bound expression, used in keys
+    ref: Ref | None
+    function: str | None
+
+
+@dataclass(frozen=True)
+class Write:
+    """A write that depends on what the buffer held before it."""
+
+    kind: str            # "prefix" | "accumulate" | "sparse"
+    node: cst.CSTNode    # the statement or call that writes
+    target: str          # canonical text of what it writes into, used in keys
+    ref: Ref | None
+    function: str | None
+    skips: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferFacts:
+    allocs: list[Alloc]
+    writes: list[Write]
+    links: dict[int, list[int]]   # index into writes -> indices of the allocations it reaches
+
+
+def collect(ctx: ModuleContext) -> BufferFacts:
+    visitor = _FlowVisitor(ctx)
+    ctx.module.visit(visitor)
+    visitor.finish_snapshots()
+    aliases = visitor.shared
+    alloc_ids = [resolve(a.ref, aliases) if a.ref else frozenset() for a in visitor.allocs]
+    links: dict[int, list[int]] = {}
+    for i, w in enumerate(visitor.writes):
+        if w.ref is None:
+            continue
+        w_ids = resolve(w.ref, aliases)
+        hit = [j for j, ids in enumerate(alloc_ids) if ids and overlaps(ids, w_ids)]
+        if hit:
+            links[i] = hit
+    return BufferFacts(visitor.allocs, visitor.writes, links)
+
+
+@dataclass
+class _Scope:
+    id: str
+    params: frozenset[str]
+    names: dict[str, Ref] = field(default_factory=dict)
+    snapshots: list[tuple[Ref, Ref, set[Ref]]] = field(default_factory=list)  # (object, snapshot root, fields)
+
+
+class _FlowVisitor(TensorVisitor):
+    def __init__(self, ctx: ModuleContext) -> None:
+        super().__init__(ctx)
+        self.scopes = [_Scope("<module>", frozenset())]
+        self.allocs: list[Alloc] = []
+        self.writes: list[Write] = []
+        self.local: dict[Ref, Ref] = {}                              # latest binding of a local-rooted path
+        self.shared: dict[Ref, list[Ref]] = defaultdict(list)        # self-rooted and snapshot aliases
+        self._counter = 0
+
+    # scopes and names ------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        p = node.params
+        names = [x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
+        names += [x.name.value for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
+        self.scopes.append(_Scope(f"{node.name.value}:{self.ctx.start(node)[0]}", frozenset(names)))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        super().leave_FunctionDef(original_node)
+        self._finish(self.scopes.pop())
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(_Scope(f"class {node.name.value}:{self.ctx.start(node)[0]}", frozenset()))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._finish(self.scopes.pop())
+
+    def finish_snapshots(self) -> None:
+        self._finish(self.scopes[0])
+
+    def root_of(self, name: cst.Name) -> Ref:
+        if name.value in ("self", "cls"):
+            return ("self",)
+        for scope in reversed(self.scopes):
+            if name.value in scope.names:
+                return scope.names[name.value]
+            if name.value in scope.params:
+                return (f"{scope.id}#{name.value}",)
+        return (f"<module>#{name.value}",)
+
+    def fresh(self, name: str) -> Ref:
+        """A new value bound to a local name: later uses resolve to it, earlier ones do not."""
+        self._counter += 1
+        scope = self.scopes[-1]
+        ref = (f"{scope.id}#{name}@{self._counter}",)
+        scope.names[name] = ref
+        return ref
+
+    def path(self, expr: cst.BaseExpression) -> Ref | None:
+        ref = path_of(expr, self.root_of, self.likely_tensor)
+        return None if ref is None else self._latest(ref)
+
+    def target(self, expr: cst.BaseExpression) -> tuple[Ref | None, list[str]]:
+        ref, skips = write_target(expr, self.root_of, self.likely_tensor)
+        return (None if ref is None else self._latest(ref)), skips
+
+    def _latest(self, ref: Ref) -> Ref:
+        """Follow local (flow-sensitive) bindings: `md.cu` -> the buffer last assigned to it."""
+        for _ in range(16):
+            for cut in range(len(ref), 0, -1):
+                bound = self.local.get(ref[:cut])
+                if bound is not None:
+                    ref = bound + ref[cut:]
+                    break
+            else:
+                return ref
+        return ref
+
+    def rebind(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.fresh(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self.rebind(el.value)
+
+    # aliases ---------------------------------------------------------------------------
+    def alias(self, target: Ref, value: Ref) -> None:
+        if target[0] != "self":
+            self.local[target] = value
+            return
+        if value[0] != "self":
+            value = self._snapshot(value)
+        if value not in self.shared[target]:
+            self.shared[target].append(value)
+
+    def _snapshot(self, obj: Ref) -> Ref:
+        """Freeze a local object's current fields before it becomes shared state."""
+        self._counter += 1
+        snap = (f"snapshot#{self._counter}",)
+        fields: set[Ref] = set()
+        for path, bound in self.local.items():
+            if len(path) > len(obj) and path[: len(obj)] == obj:
+                fields.add(path[len(obj):])
+                self.shared[snap + path[len(obj):]].append(bound)
+        self.shared[snap].append(obj)  # allocations bound directly under the object
+        self.scopes[-1].snapshots.append((obj, snap, fields))
+        return snap
+
+    def _finish(self, scope: _Scope) -> None:
+        """Fields set on a stored object later in the same function join its snapshot."""
+        for obj, snap, fields in scope.snapshots:
+            for path, bound in self.local.items():
+                rest = path[len(obj):]
+                if len(path) > len(obj) and path[: len(obj)] == obj and rest not in fields:
+                    self.shared[snap + rest].append(bound)
+
+    # bindings --------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        super().visit_Assign(node)
+        first = node.targets[0].target
+        self.bind(first, node.value)
+        first_ref = self.path(first)
+        for extra in node.targets[1:]:
+            if isinstance(extra.target, cst.Name) and first_ref is not None:
+                self.scopes[-1].names[extra.target.value] = first_ref
+            elif (ref := self.path(extra.target)) is not None and first_ref is not None:
+                self.alias(ref, first_ref)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        super().visit_AnnAssign(node)
+        if node.value is not None:
+            self.bind(node.target, node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.rebind(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.rebind(node.asname.name)
+
+    def bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            if values is not None and len(values) == len(target.elements) and not any(
+                    isinstance(e, cst.StarredElement) for e in (*values, *target.elements)):
+                for t, v in zip(target.elements, values):
+                    self.bind(t.value, v.value)
+            else:
+                self.rebind(target)
+            return
+        text = render(target, self.ctx.module)
+        value_ref = self.path(value)
+        if isinstance(target, cst.Name):
+            if value_ref is not None:
+                self.scopes[-1].names[target.value] = value_ref
+            else:
+                self.bind_value(self.fresh(target.value), text, value)
+            return
+        if isinstance(target, cst.Subscript) and not (len(target.slice) == 1 and string_key(target.slice[0].slice)):
+            ref, skips = self.target(target)
+            if skips:
+                self._record("prefix", target, target, ref, skips)
+            elif any(isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in target.slice):
+                self._record("sparse", target, target, ref, [])  # buf[idx] = v: a scatter through an index tensor
+            if any(isinstance(el.slice, cst.Slice) for el in target.slice) or self._is_buffer(target.value):
+                return  # a store into a tensor copies the value: a zeros temporary here is read
+        target_ref = self.path(target)
+        if value_ref is not None:
+            if target_ref is not None:
+                self.alias(target_ref, value_ref)
+            return
+        self.bind_value(target_ref, text, value)
+
+    def bind_value(self, ref: Ref | None, text: str, value: cst.BaseExpression) -> None:
+        """Record what `value` puts under `ref`: an allocation, or entries of a container."""
+        inner = _strip_conversions(value)
+        if isinstance(inner, cst.Call) and (factory := classify(inner, self.ctx)) is not None:
+            self.allocs.append(Alloc(inner, factory, text, ref, self.function))
+            return
+        if isinstance(value, cst.ListComp):  # [torch.zeros(...) for _ in range(n)]: one buffer per element
+            self.bind_value(ref + ("[*]",) if ref is not None else None, text + "[*]", value.elt)
+        elif isinstance(value, (cst.List, cst.Tuple)):
+            for i, el in enumerate(value.elements):
+                if isinstance(el, cst.Element):
+                    self._bind_entry(ref, text, "[*]", el.value, shown=f"[{i}]")
+        elif isinstance(value, cst.Dict):
+            for el in value.elements:
+                if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                    self._bind_entry(ref, text, key_element(string_key(cst.Index(el.key)) or ""), el.value)
+        elif isinstance(value, cst.Call) and (element := _entry_style(value, self.ctx)) is not None:
+            for arg in value.args:
+                if arg.keyword is not None:
+                    self._bind_entry(ref, text, element(arg.keyword.value), arg.value)
+
+    def _bind_entry(self, ref: Ref | None, text: str, element: str, value: cst.BaseExpression,
+                    shown: str | None = None) -> None:
+        sub = ref + (element,) if ref is not None else None
+        value_ref = self.path(value)
+        if value_ref is not None:
+            if sub is not None:
+                self.alias(sub, value_ref)
+            return
+        self.bind_value(sub, text + (shown or element), value)
+
+    def _is_buffer(self, expr: cst.BaseExpression) -> bool:
+        ref = self.path(expr)
+        if ref is None:
+            return False
+        ids = resolve(ref, self.shared)
+        return any(a.ref is not None and overlaps(resolve(a.ref, self.shared), ids) for a in self.allocs)
+
+    # writes ----------------------------------------------------------------------------
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        ref, skips = self.target(node.target)
+        self._record("accumulate", node, node.target, ref, skips)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = method_name(node)
+        if method is not None:
+            receiver = node.func.value  # type: ignore[attr-defined]
+            if method == "register_buffer":
+                self._register_buffer(node, receiver)
+            elif method in _ACCUMULATES or (method == "index_put_" and _accumulate_kw(node)):
+                self._write("accumulate", node, receiver)
+            elif method in _SPARSE_WRITES:
+                self._write("sparse", node, receiver)
+            elif method in _PURE_WRITES:
+                self._write("prefix", node, receiver, only_if_skips=True)
+        out = kwarg(node, "out")
+        if out is not None:
+            self._write("prefix", node, out.value, only_if_skips=True)
+
+    def _write(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, only_if_skips: bool = False) -> None:
+        ref, skips = self.target(target)
+        if skips or not only_if_skips:
+            self._record(kind, node, target, ref, skips)
+
+    def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
+                skips: list[str]) -> None:
+        text = render(target, self.ctx.module)
+        self.writes.append(Write(kind, node, text, ref, self.function, tuple(skips)))
+
+    def _register_buffer(self, node: cst.Call, receiver: cst.BaseExpression) -> None:
+        name = positional(node, 0) or kwarg(node, "name")
+        value = positional(node, 1) or kwarg(node, "tensor")
+        if name is None or value is None or not isinstance(name.value, cst.SimpleString):
+            return
+        attr = f".{string_key(cst.Index(name.value))}"
+        base = self.path(receiver)
+        self.bind_value(base + (attr,) if base else None, render(receiver, self.ctx.module) + attr, value.value)
+
+
+def _strip_conversions(expr: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _CONVERSIONS:
+        expr = expr.func.value
+    return expr
+
+
+def _entry_style(call: cst.Call, ctx: ModuleContext):
+    """How keyword arguments become entries: `dict(k=v)` -> ["k"], `Meta(k=v)` -> .k, else None."""
+    qual = ctx.qualified(call.func) or ""
+    if qual == "dict":
+        return key_element
+    if qual.rsplit(".", 1)[-1][:1].isupper():
+        return lambda name: f".{name}"
+    return None
+
+
+def _accumulate_kw(call: cst.Call) -> bool:
+    arg = kwarg(call, "accumulate")
+    return arg is not None and is_literal_true(arg.value)

@@ -1,0 +1,54 @@
+"""Running the task's correctness command: plain, and poisoned (uninitialised memory = NaN).
+
+Both runs see the workspace first on PYTHONPATH and our sitecustomize before it; the
+environment comes from `base_env`, so API keys never reach the target's code.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from agent.checks.models import CommandRun
+from agent.sandbox import CommandResult, base_env, run_command
+
+TAIL_CHARS = 4000
+_SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+_VERBOSE = re.compile(r"^(\S+::\S+) (?:FAILED|ERROR)\b", re.M)
+
+
+def install_hook(folder: Path) -> Path:
+    """Put the harness's sitecustomize.py into `folder` (created); returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("_sitecustomize.py"), folder / "sitecustomize.py")
+    return folder
+
+
+def check_env(root: Path, hook_dir: Path, *, poison: bool = False, coverage_rc: Path | None = None) -> dict[str, str]:
+    extra = {"PYTHONPATH": f"{hook_dir}:{root}"}
+    if poison:
+        # CUBLAS_WORKSPACE_CONFIG: deterministic cuBLAS, else deterministic mode warns on every matmul.
+        extra |= {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    if coverage_rc is not None:
+        extra["COVERAGE_PROCESS_START"] = str(coverage_rc)
+    return base_env(extra)
+
+
+def failing_tests(output: str) -> list[str]:
+    """pytest node ids of failed/errored tests, from `-q`/`-r` summaries or `-v` lines."""
+    ids = _SUMMARY.findall(output) + _VERBOSE.findall(output)
+    return list(dict.fromkeys(i for i in ids if "::" in i or i.endswith(".py")))
+
+
+def to_run(name: str, res: CommandResult) -> CommandRun:
+    return CommandRun(name=name, command=res.command, exit_code=res.exit_code, passed=res.ok,
+                      timed_out=res.timed_out, duration_s=round(res.duration_s, 3),
+                      output_tail=res.output[-TAIL_CHARS:], failing_tests=[] if res.ok else failing_tests(res.output))
+
+
+def run_check(name: str, command: str, root: Path, hook_dir: Path, *, timeout_s: float, poison: bool = False,
+              coverage_rc: Path | None = None) -> CommandRun:
+    res = run_command(command, root, timeout_s=timeout_s,
+                      env=check_env(root, hook_dir, poison=poison, coverage_rc=coverage_rc))
+    return to_run(name, res)

@@ -1,0 +1,148 @@
+"""The typed result of one evaluation; serialised as report.json's `evaluation`.
+
+Every field a reader needs to trust a verdict is here: the raw samples behind a ratio,
+the exact lines that no test executed, the machine the numbers came from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, computed_field
+
+from agent.checks.stats import Direction, PerfVerdict, speedup
+
+Verdict = Literal["pass", "fail", "unverified", "rejected", "error"]
+
+
+class CommandRun(BaseModel):
+    """One run of a check command in a workspace."""
+
+    name: str  # "plain", "poison", "setup"
+    command: str
+    exit_code: int
+    passed: bool
+    timed_out: bool = False
+    duration_s: float
+    output_tail: str = ""
+    failing_tests: list[str] = []
+
+
+class Correctness(BaseModel):
+    plain: CommandRun
+    poison: CommandRun | None = None  # None when the task turns poison off, or the plain run already failed
+    poison_enabled: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.plain.passed and (self.poison.passed if self.poison_enabled and self.poison else not self.poison_enabled)
+
+
+class CoverageResult(BaseModel):
+    """Which added or changed executable lines the correctness run executed ("file:line")."""
+
+    measured: bool = True  # False: coverage could not be collected at all
+    changed: list[str] = []
+    covered: list[str] = []
+    uncovered: list[str] = []
+    unmeasured_files: list[str] = []  # changed files that are not Python: no line data
+    note: str | None = None
+
+
+class Hygiene(BaseModel):
+    ok: bool = True
+    problems: list[str] = []
+
+
+class DiffStats(BaseModel):
+    files: list[str] = []
+    insertions: int = 0
+    deletions: int = 0
+
+
+class PerfResult(BaseModel):
+    """Candidate against baseline, interleaved processes; ratio = candidate / baseline median."""
+
+    metric: str
+    direction: Direction
+    unit: str | None = None
+    baseline_samples: list[float] = []
+    candidate_samples: list[float] = []
+    warmup_samples: dict[str, list[float]] = {}  # discarded, kept for the record
+    warmups_discarded: int = 0
+    n_pairs: int = 0
+    baseline_median: float | None = None
+    candidate_median: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float = 0.95
+    p_value: float | None = None
+    verdict: PerfVerdict | None = None
+    min_effect: float = 0.0
+    precise: bool = False  # interval narrower than min_effect when sampling stopped
+    seed: int = 0
+    device: str = "cpu"
+    duration_s: float = 0.0
+    error: str | None = None  # the bench failed or did not print the metric
+    error_side: str | None = None  # "baseline", "candidate" or "reference"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def speedup(self) -> float | None:
+        return None if self.ratio is None else speedup(self.ratio, self.direction)
+
+
+class ReferenceResult(BaseModel):
+    """The task's expert patch measured in the same interleaved rounds."""
+
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    verdict: PerfVerdict | None = None
+    samples: list[float] = []
+    speedup: float | None = None
+    fraction_of_reference: float | None = None  # (candidate speedup - 1) / (reference speedup - 1)
+    error: str | None = None
+
+
+class Environment(BaseModel):
+    cpu: str | None = None
+    cpu_count: int | None = None
+    gpu: str | None = None
+    gpu_driver: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    base_commit: str | None = None
+    candidate_commit: str | None = None
+    isolation: str | None = None
+    device: str | None = None
+
+
+class Evaluation(BaseModel):
+    """Everything one grading of one patch found; `verdict` is the one-word summary."""
+
+    task_id: str
+    verdict: Verdict
+    reasons: list[str] = []  # why the verdict is not "pass", in words
+    quick: bool = False
+    hygiene: Hygiene = Hygiene()
+    protected_violations: list[str] = []
+    diff_stats: DiffStats = DiffStats()
+    setup: CommandRun | None = None
+    correctness: Correctness | None = None
+    coverage: CoverageResult | None = None
+    perf: PerfResult | None = None
+    reference: ReferenceResult | None = None
+    environment: Environment = Environment()
+    duration_s: float = 0.0
+    error: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def speedup(self) -> float | None:
+        """baseline/candidate for "lower" metrics, candidate/baseline for "higher": >1 is better."""
+        return self.perf.speedup if self.perf is not None else None
