@@ -135,6 +135,101 @@ def cmd_lint(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace, out: Console) -> int:
+    """Grade one patch: exit 0 whatever the verdict, 2 on bad input, 1 if the task cannot be checked."""
+    import json
+    import shutil
+    import tempfile
+
+    from agent.checks import Checker, evaluation_table
+
+    task = _load_one_task(args.task)
+    try:
+        patch = Path(args.patch).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{args.patch}: cannot read patch: {getattr(e, 'strerror', None) or e}") from None
+    err = Console(stderr=True)
+    log = (lambda m: None) if args.json == "-" else (lambda m: err.print(f"[dim]{m}[/]", highlight=False))
+    work = Path(tempfile.mkdtemp(prefix=f"perfagent-check-{task.id}-"))
+    try:
+        with Checker(task, work, lock_dir=Path(args.lock_dir) if args.lock_dir else None, log=log, seed=args.seed) as checker:
+            ev = checker.evaluate(patch, quick=args.quick, perf=not args.no_perf, reference=args.reference)
+    except PatchError as e:
+        raise UserError(f"{args.patch}: does not apply to the task's base: {str(e).removeprefix('error: ')}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(ev.model_dump(mode="json"), indent=2)
+    if args.json == "-":
+        print(text)
+    else:
+        if args.json:
+            Path(args.json).write_text(text + "\n")
+        out.print(evaluation_table(ev))
+    return 1 if ev.verdict == "error" else 0
+
+
+def cmd_batch(args: argparse.Namespace, out: Console) -> int:
+    from agent.batch import BatchConfig, BatchError, load_tasks, read_plan, run_batch, run_flags
+    from agent.batch_summary import summary_tables
+    from agent.runner import new_run_id
+
+    if args.resume and not args.run_id:
+        raise UserError("--resume needs the --run-id of the batch to continue")
+    run_id = args.run_id or new_run_id()
+    plan = read_plan(Path(args.out).resolve() / "results" / run_id) if args.resume else {}
+    source = args.set or plan.get("source")
+    if not source:
+        raise UserError("name a task set: a task-set file or a directory of tasks")
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else plan.get("models", ["rules"])
+    cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers, executor=args.executor,
+                      gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None,
+                      resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
+                      source=str(Path(source).resolve()),
+                      run_args=run_flags(base_url=args.base_url, stream=args.stream, max_turns=args.max_turns,
+                                         max_cost=args.max_cost, timeout=args.timeout, prices=args.prices))
+    try:
+        result = run_batch(load_tasks(source), models, args.samples or plan.get("samples", 1), cfg)
+    except BatchError as e:
+        raise UserError(str(e)) from None
+    for table in summary_tables(result.summary):
+        out.print(table)
+    out.print(f"summary: {result.summary_json} and {result.summary_md}", highlight=False)
+    return 1 if result.failed else 0
+
+
+def cmd_review(args: argparse.Namespace, out: Console) -> int:
+    from agent.review import ReviewError, load_results, render_review
+
+    try:
+        render_review(out, load_results(args.results), task=args.task, sort=args.sort)
+    except ReviewError as e:
+        raise UserError(str(e)) from None
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, out: Console) -> int:
+    from agent.html_report import write_html
+    from agent.review import ReviewError, load_results
+
+    try:
+        results = load_results(args.results)
+    except ReviewError as e:
+        raise UserError(str(e)) from None
+    path = write_html(results, Path(args.html))
+    out.print(f"wrote {path} ({len(results.runs)} runs)", highlight=False)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: Console) -> int:
+    from agent.review import ReviewError, load_results, render_compare
+
+    try:
+        render_compare(out, load_results(args.run_a), load_results(args.run_b))
+    except ReviewError as e:
+        raise UserError(str(e)) from None
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="perfagent", description="Propose performance edits, prove them safe, measure them, report the cost.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -166,6 +261,47 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tasks", help="validate and list tasks (a task file, a task-set file or a directory)")
     t.add_argument("path", nargs="?", default="tasks")
     t.set_defaults(func=cmd_tasks)
+    c = sub.add_parser("check", help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
+    c.add_argument("task", help="a task file (TOML)")
+    c.add_argument("--patch", required=True, help="a unified diff against the task's base")
+    c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="write the evaluation as JSON to FILE (no FILE: to stdout, instead of the table)")
+    c.add_argument("--quick", action="store_true", help="fewer perf samples, as the agent's run_checks uses")
+    c.add_argument("--no-perf", action="store_true", help="correctness only")
+    c.add_argument("--reference", action="store_true", help="also measure the task's reference patch")
+    c.add_argument("--seed", type=int, default=None, help="seed for the run order and the bootstrap")
+    c.add_argument("--lock-dir", default=None, help="device lock folder (default ~/.cache/perfagent/locks)")
+    c.set_defaults(func=cmd_check)
+    b = sub.add_parser("batch", help="run a task set x models x samples in parallel; resumable; summarised")
+    b.add_argument("set", nargs="?", help="a task-set file or a directory of tasks (with --resume: the run's own)")
+    b.add_argument("--models", default=None, help="comma-separated model specs (default: rules)")
+    b.add_argument("--samples", type=int, default=None, help="runs per (task, model): the K of Opt@K (default 1)")
+    b.add_argument("--workers", type=int, default=2, help="jobs at once")
+    b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
+    b.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
+    b.add_argument("--run-id", default=None)
+    b.add_argument("--resume", action="store_true", help="run only the jobs with no done line in batch.jsonl")
+    b.add_argument("--out", default=".", help="folder that receives results/ and patches/")
+    b.add_argument("--job-timeout", type=float, default=None, help="hard limit per job, seconds")
+    for flag, kw in (("--base-url", {}), ("--max-turns", {"type": int}), ("--max-cost", {"type": float}),
+                     ("--timeout", {"type": float}), ("--prices", {})):
+        b.add_argument(flag, default=None, help="passed to every job's run", **kw)
+    b.add_argument("--stream", action="store_true", help="passed to every job's run")
+    b.add_argument("--quiet", action="store_true", help="no live progress")
+    b.set_defaults(func=cmd_batch)
+    rv = sub.add_parser("review", help="terminal view of a run or batch: verdicts, speedups, diffs, checks, cost")
+    rv.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
+    rv.add_argument("--task", default=None, help="show this task's runs (or one job key) in detail")
+    rv.add_argument("--sort", choices=("job", "speedup", "cost", "verdict"), default="job")
+    rv.set_defaults(func=cmd_review)
+    rp = sub.add_parser("report", help="one self-contained HTML report of a run or batch")
+    rp.add_argument("results", metavar="RESULTS_DIR")
+    rp.add_argument("--html", required=True, metavar="OUT.html")
+    rp.set_defaults(func=cmd_report)
+    cp = sub.add_parser("compare", help="what changed between two batch runs, task by task")
+    cp.add_argument("run_a", metavar="RUN_A", help="results/<run-id> of the earlier run")
+    cp.add_argument("run_b", metavar="RUN_B")
+    cp.set_defaults(func=cmd_compare)
     # subcommands: one add_parser block each, in the order the README lists them
     return p
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, shorten
+from .context import ModuleContext, is_cpu_device, is_literal_true, kwarg, method_name, positional, shorten
 from .model import PER_STEP_ALLOC, TENSOR_FROM_LIST, Finding
 from .tensors import TensorVisitor
 
@@ -32,24 +32,23 @@ _DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double",
                      "int32", "int64", "long", "short", "uint8", "bool"})
 
 
-def check(ctx: ModuleContext, rules: set[str]) -> list[Finding]:
-    if not rules & {PER_STEP_ALLOC, TENSOR_FROM_LIST}:
-        return []
-    visitor = _AllocVisitor(ctx, rules)
-    ctx.module.visit(visitor)
-    return visitor.findings
+def visitor(ctx: ModuleContext, rules: set[str]) -> "AllocRule | None":
+    return AllocRule(ctx, rules) if rules & {PER_STEP_ALLOC, TENSOR_FROM_LIST} else None
 
 
-class _AllocVisitor(TensorVisitor):
+class AllocRule(TensorVisitor):
     def __init__(self, ctx: ModuleContext, rules: set[str]) -> None:
         super().__init__(ctx)
         self.rules = rules
-        self.findings: list[Finding] = []
+        self._found: list[Finding] = []
         self._from_list: set[int] = set()  # ids of torch.tensor calls already reported as tensor-from-list
+
+    def findings(self) -> list[Finding]:
+        return self._found
 
     def _flag(self, rule: str, node: cst.Call, message: str) -> None:
         code = shorten(self.ctx.code(node))
-        self.findings.append(self.ctx.finding(rule, node, message, self.function, code))
+        self._found.append(self.ctx.finding(rule, node, message, self.function, code))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.per_step or id(node) in self._from_list:
@@ -64,8 +63,8 @@ class _AllocVisitor(TensorVisitor):
         if _moves_to_device(node, self.ctx) and not _non_blocking(node):
             inner = node.func.value  # type: ignore[attr-defined]
             if isinstance(inner, cst.Call) and self._list_to_tensor(inner) and kwarg(inner, "device") is None:
-                self._from_list.add(id(inner))
                 if TENSOR_FROM_LIST in self.rules:
+                    self._from_list.add(id(inner))
                     self._flag(TENSOR_FROM_LIST, inner, _from_list_message(where, "`.to(device)` without non_blocking=True"))
                 return
         if qual in ("torch.tensor", "torch.as_tensor") and self._list_to_tensor(node) and _to_device(node):
@@ -110,18 +109,12 @@ def _moves_to_device(call: cst.Call, ctx: ModuleContext) -> bool:
     qual = ctx.qualified(target.value) or ""
     if qual.startswith("torch.") and qual.split(".", 1)[1] in _DTYPES:
         return False
-    return not _is_cpu(target.value)
-
-
-def _is_cpu(value: cst.BaseExpression) -> bool:
-    if isinstance(value, cst.Call) and value.args:  # torch.device("cpu")
-        value = value.args[0].value
-    return isinstance(value, cst.SimpleString) and value.evaluated_value in ("cpu", b"cpu")
+    return not is_cpu_device(target.value)
 
 
 def _to_device(call: cst.Call) -> bool:
     device = kwarg(call, "device")
-    return device is not None and not _is_cpu(device.value)
+    return device is not None and not is_cpu_device(device.value)
 
 
 def _non_blocking(call: cst.Call) -> bool:

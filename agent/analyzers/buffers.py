@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from .context import ModuleContext, shorten
-from .flow import Alloc, BufferFacts, Write, collect
+from .flow import Alloc, BufferFacts, FlowVisitor, Write, collect
 from .model import PREFIX_ZERO, ZERO_INIT, Finding
 
 _REASONS = {
@@ -50,17 +50,26 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
     return out
 
 
-def check(ctx: ModuleContext, rules: set[str]) -> list[Finding]:
-    facts = collect(ctx)
-    findings: list[Finding] = []
-    if ZERO_INIT in rules:
-        findings += [f for f, _ in zero_init_sites(ctx, facts)]
-    if PREFIX_ZERO in rules:
-        for i, w in enumerate(facts.writes):
-            linked = [facts.allocs[j] for j in facts.links.get(i, [])]
-            if linked or w.kind == "prefix":
-                findings.append(_write_finding(ctx, w, linked))
-    return findings
+def visitor(ctx: ModuleContext, rules: set[str]) -> "BufferRule | None":
+    return BufferRule(ctx, rules) if rules & {ZERO_INIT, PREFIX_ZERO} else None
+
+
+class BufferRule(FlowVisitor):
+    def __init__(self, ctx: ModuleContext, rules: set[str]) -> None:
+        super().__init__(ctx)
+        self.rules = rules
+
+    def findings(self) -> list[Finding]:
+        facts = self.buffer_facts()
+        found: list[Finding] = []
+        if ZERO_INIT in self.rules:
+            found += [f for f, _ in zero_init_sites(self.ctx, facts)]
+        if PREFIX_ZERO in self.rules:
+            for i, w in enumerate(facts.writes):
+                linked = [facts.allocs[j] for j in facts.links.get(i, [])]
+                if linked or w.kind == "prefix":
+                    found.append(_write_finding(self.ctx, w, linked))
+        return found
 
 
 def _write_finding(ctx: ModuleContext, w: Write, linked: list[Alloc]) -> Finding:

@@ -1,22 +1,22 @@
-"""What every rule needs about one module: positions, import aliases, scopes, finding builder.
+"""What every rule needs about one module: positions, module facts, scopes, finding builder.
 
-Rules are plain functions of a `ModuleContext`; this module owns the libcst plumbing so the
-rule modules read like the patterns they match.
+Rules are visitors over a `ModuleContext`; this module owns the libcst plumbing so the
+rule modules read like the patterns they match. All rule visitors share one traversal
+(`run_visitors`), which matters: each libcst pass over a file costs as much as the rest of
+the analysis.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from .facts import ModuleFacts, collect_facts, qualify
 from .model import AnalyzerConfig, Finding
-
-# Conventional names assumed when a snippet uses them without importing them.
-_DEFAULT_ALIASES = {"torch": "torch", "F": "torch.nn.functional", "nn": "torch.nn"}
 
 
 @dataclass(frozen=True)
@@ -25,24 +25,28 @@ class ModuleContext:
 
     path: str
     module: cst.Module
-    positions: Mapping[cst.CSTNode, CodeRange]
-    imports: Mapping[str, str]
+    positions: Mapping[cst.CSTNode, CodeRange] = field(repr=False)
+    facts: ModuleFacts = field(repr=False)
     config: AnalyzerConfig
-    lines: tuple[str, ...]
-    per_step_re: re.Pattern[str] = field(repr=False)
+    lines: tuple[str, ...] = field(repr=False)
+    setup_re: re.Pattern[str] = field(repr=False)
+    _code: dict[int, str] = field(default_factory=dict, repr=False, compare=False)  # memo: code generation is slow
 
     @classmethod
-    def build(cls, module: cst.Module, path: str, config: AnalyzerConfig) -> "ModuleContext":
+    def build(cls, module: cst.Module, path: str, config: AnalyzerConfig, source: str | None = None) -> "ModuleContext":
+        """`source`, when given, must be the text `module` was parsed from (saves a code generation pass)."""
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        return cls(
-            path=path,
-            module=wrapper.module,
-            positions=wrapper.resolve(PositionProvider),
-            imports=import_aliases(wrapper.module),
-            config=config,
-            lines=tuple(wrapper.module.code.splitlines()),
-            per_step_re=re.compile(config.per_step_pattern, re.IGNORECASE),
-        )
+        positions = wrapper.resolve(PositionProvider)
+        code: dict[int, str] = {}
+        facts = collect_facts(wrapper.module, positions, re.compile(config.per_step_pattern, re.IGNORECASE),
+                              lambda node: _render(node, wrapper.module, code))
+        return cls(path=path, module=wrapper.module, positions=positions, facts=facts, config=config,
+                   lines=tuple((wrapper.module.code if source is None else source).splitlines()), setup_re=re.compile(config.setup_pattern),
+                   _code=code)
+
+    @property
+    def imports(self) -> Mapping[str, str]:
+        return self.facts.imports
 
     def start(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based (line, col) of a node's first character."""
@@ -51,16 +55,18 @@ class ModuleContext:
 
     def code(self, node: cst.CSTNode) -> str:
         """The node's source on one line (whitespace runs collapsed)."""
-        return " ".join(self.module.code_for_node(node).split())
+        key = id(node)
+        if key not in self._code:
+            self._code[key] = " ".join(self.module.code_for_node(node).split())
+        return self._code[key]
+
+    def render(self, expr: cst.BaseExpression) -> str:
+        """Canonical text of a target expression, used in keys: string subscripts in double quotes."""
+        return _render(expr, self.module, self._code)
 
     def qualified(self, expr: cst.BaseExpression) -> str | None:
         """Dotted name with import aliases expanded: `F.pad` -> `torch.nn.functional.pad`."""
-        if isinstance(expr, cst.Name):
-            return self.imports.get(expr.value, expr.value)
-        if isinstance(expr, cst.Attribute):
-            base = self.qualified(expr.value)
-            return f"{base}.{expr.attr.value}" if base else None
-        return None
+        return qualify(expr, self.facts.imports)
 
     def finding(self, rule: str, node: cst.CSTNode, message: str, function: str | None, target: str,
                 *, fixable: bool = False, safe: bool = False, hazard: str | None = None) -> Finding:
@@ -71,61 +77,22 @@ class ModuleContext:
                        fixable=fixable, safe_to_rewrite=fixable and safe and hazard is None, hazard=hazard)
 
 
-def import_aliases(module: cst.Module) -> dict[str, str]:
-    """Local name -> dotted module path for every absolute import anywhere in the module."""
-    found: dict[str, str] = {}
-
-    class _Imports(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            for alias in node.names:
-                full = _dotted(alias.name)
-                if alias.asname is not None:
-                    found[_dotted(alias.asname.name)] = full
-                else:
-                    head = full.split(".")[0]
-                    found[head] = head
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-                return
-            base = _dotted(node.module)
-            for alias in node.names:
-                name = _dotted(alias.name)
-                local = _dotted(alias.asname.name) if alias.asname is not None else name
-                found[local] = f"{base}.{name}"
-
-    module.visit(_Imports())
-    return {**_DEFAULT_ALIASES, **found}
-
-
-def _dotted(expr: cst.BaseExpression) -> str:
-    if isinstance(expr, cst.Name):
-        return expr.value
+def _render(expr: cst.CSTNode, module: cst.Module, memo: dict[int, str]) -> str:
     if isinstance(expr, cst.Attribute):
-        return f"{_dotted(expr.value)}.{expr.attr.value}"
-    return ""
-
-
-def render(expr: cst.BaseExpression, module: cst.Module) -> str:
-    """Canonical text of a target expression, used in keys: string subscripts in double quotes."""
-    if isinstance(expr, cst.Attribute):
-        return f"{render(expr.value, module)}.{expr.attr.value}"
+        return f"{_render(expr.value, module, memo)}.{expr.attr.value}"
     if isinstance(expr, cst.Subscript):
         parts = []
         for el in expr.slice:
-            sub = el.slice
-            if isinstance(sub, cst.Index) and isinstance(sub.value, cst.SimpleString):
-                parts.append(_quoted(sub.value))
-            else:
-                parts.append(" ".join(module.code_for_node(sub).split()))
-        return f"{render(expr.value, module)}[{', '.join(parts)}]"
-    return " ".join(module.code_for_node(expr).split())
+            key = string_key(el.slice)
+            parts.append(quoted(key) if key is not None else _render(el.slice, module, memo))
+        return f"{_render(expr.value, module, memo)}[{', '.join(parts)}]"
+    if id(expr) not in memo:
+        memo[id(expr)] = " ".join(module.code_for_node(expr).split())
+    return memo[id(expr)]
 
 
-def _quoted(s: cst.SimpleString) -> str:
-    value = s.evaluated_value
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def quoted(key: str) -> str:
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def string_key(sub: cst.BaseSlice) -> str | None:
@@ -163,11 +130,25 @@ def is_literal_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-class ScopedVisitor(cst.CSTVisitor):
+def is_cpu_device(expr: cst.BaseExpression) -> bool:
+    """`"cpu"` or `torch.device("cpu")`."""
+    if isinstance(expr, cst.Call) and expr.args:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in ("cpu", b"cpu")
+
+
+def shorten(code: str, limit: int = 100) -> str:
+    """Keep keys and messages readable: long expressions end in `...`."""
+    return code if len(code) <= limit else code[: limit - 3] + "..."
+
+
+class ScopedVisitor(cst.BatchableCSTVisitor):
     """Tracks the enclosing function and whether the current code runs once per step.
 
-    Per-step code: any function whose name matches the configured pattern (and everything
-    nested in it), plus loop bodies, while loops and comprehension bodies anywhere.
+    Per-step code: the body of a per-step function (`ModuleFacts.per_step`: matching the
+    configured pattern or called from one) and everything nested in it, plus loop bodies,
+    while loops and comprehension bodies outside one-time setup functions (`__init__`,
+    `init_cuda_graph_state`, ...). Subclasses that override a hook call super().
     """
 
     def __init__(self, ctx: ModuleContext) -> None:
@@ -175,8 +156,12 @@ class ScopedVisitor(cst.CSTVisitor):
         self.ctx = ctx
         self.functions: list[cst.FunctionDef] = []
         self._per_step_fn: list[bool] = []
+        self._setup_fn: list[bool] = []
         self._loops = 0
         self._saved_loops: list[int] = []
+
+    def findings(self) -> list[Finding]:
+        raise NotImplementedError
 
     @property
     def function(self) -> str | None:
@@ -188,46 +173,85 @@ class ScopedVisitor(cst.CSTVisitor):
 
     @property
     def per_step(self) -> bool:
-        return self._loops > 0 or any(self._per_step_fn)
+        return any(self._per_step_fn) or (self._loops > 0 and not any(self._setup_fn))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = node.name.value
+        per_step = name in self.ctx.facts.per_step
         self.functions.append(node)
-        self._per_step_fn.append(bool(self.ctx.per_step_re.search(node.name.value)))
+        self._per_step_fn.append(per_step)
+        self._setup_fn.append(not per_step and bool(self.ctx.setup_re.search(name)))
         self._saved_loops.append(self._loops)
         self._loops = 0  # a def inside a loop body does not run per iteration by itself
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.functions.pop()
         self._per_step_fn.pop()
+        self._setup_fn.pop()
         self._loops = self._saved_loops.pop()
 
-    def _enter_loop(self, node: cst.CSTNode) -> None:
+    # Loop bodies. Written out one by one: libcst's batched traversal finds hooks by their
+    # function names, so aliases (`visit_For_body = _enter`) would be silently skipped.
+    def visit_For_body(self, node: cst.For) -> None:
         self._loops += 1
 
-    def _leave_loop(self, node: cst.CSTNode) -> None:
+    def leave_For_body(self, node: cst.For) -> None:
         self._loops -= 1
 
-    visit_For_body = _enter_loop
-    leave_For_body = _leave_loop
-    visit_While = _enter_loop
+    def visit_While(self, node: cst.While) -> None:
+        self._loops += 1
 
     def leave_While(self, original_node: cst.While) -> None:
         self._loops -= 1
 
-    visit_ListComp_elt = _enter_loop
-    leave_ListComp_elt = _leave_loop
-    visit_SetComp_elt = _enter_loop
-    leave_SetComp_elt = _leave_loop
-    visit_GeneratorExp_elt = _enter_loop
-    leave_GeneratorExp_elt = _leave_loop
-    visit_DictComp_key = _enter_loop
-    leave_DictComp_key = _leave_loop
-    visit_DictComp_value = _enter_loop
-    leave_DictComp_value = _leave_loop
-    visit_CompFor_ifs = _enter_loop
-    leave_CompFor_ifs = _leave_loop
-    visit_CompFor_inner_for_in = _enter_loop
-    leave_CompFor_inner_for_in = _leave_loop
+    def visit_ListComp_elt(self, node: cst.ListComp) -> None:
+        self._loops += 1
+
+    def leave_ListComp_elt(self, node: cst.ListComp) -> None:
+        self._loops -= 1
+
+    def visit_SetComp_elt(self, node: cst.SetComp) -> None:
+        self._loops += 1
+
+    def leave_SetComp_elt(self, node: cst.SetComp) -> None:
+        self._loops -= 1
+
+    def visit_GeneratorExp_elt(self, node: cst.GeneratorExp) -> None:
+        self._loops += 1
+
+    def leave_GeneratorExp_elt(self, node: cst.GeneratorExp) -> None:
+        self._loops -= 1
+
+    def visit_DictComp_key(self, node: cst.DictComp) -> None:
+        self._loops += 1
+
+    def leave_DictComp_key(self, node: cst.DictComp) -> None:
+        self._loops -= 1
+
+    def visit_DictComp_value(self, node: cst.DictComp) -> None:
+        self._loops += 1
+
+    def leave_DictComp_value(self, node: cst.DictComp) -> None:
+        self._loops -= 1
+
+    def visit_CompFor_ifs(self, node: cst.CompFor) -> None:
+        self._loops += 1
+
+    def leave_CompFor_ifs(self, node: cst.CompFor) -> None:
+        self._loops -= 1
+
+    def visit_CompFor_inner_for_in(self, node: cst.CompFor) -> None:
+        self._loops += 1
+
+    def leave_CompFor_inner_for_in(self, node: cst.CompFor) -> None:
+        self._loops -= 1
+
+
+def run_visitors(ctx: ModuleContext, visitors: Iterable[ScopedVisitor]) -> None:
+    """One traversal of the module feeding every visitor, in order, at every node."""
+    visitors = list(visitors)
+    if visitors:
+        cst.visit_batched(ctx.module, visitors)
 
 
 def dedupe_keys(findings: list[Finding]) -> list[Finding]:
@@ -239,8 +263,3 @@ def dedupe_keys(findings: list[Finding]) -> list[Finding]:
         seen[(f.rule, f.key)] = n
         out.append(f if n == 1 else replace(f, key=f"{f.key}#{n}"))
     return out
-
-
-def shorten(code: str, limit: int = 100) -> str:
-    """Keep keys and messages readable: long expressions end in `...`."""
-    return code if len(code) <= limit else code[: limit - 3] + "..."

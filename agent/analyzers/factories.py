@@ -56,8 +56,11 @@ def classify(call: cst.Call, ctx: ModuleContext) -> Factory | None:
     if drop is None or not is_zero_literal(call.args[drop].value):
         return None  # torch.full(..., 7) is not a zero buffer
     add_dtype = None
-    if key == "torch.full" and kwarg(call, "dtype") is None:
+    dtype = kwarg(call, "dtype")
+    if key == "torch.full" and (dtype is None or _is_none(dtype.value)):
         add_dtype = _implied_dtype(call.args[drop].value)
+        if add_dtype is not None and dtype is not None:
+            attr_form = False  # `dtype=None` beside an int fill: no single-argument edit keeps the dtype
     return Factory(name=name, zero=True, fixable=attr_form, new_attr=new_attr, drop_arg=drop,
                    add_dtype=add_dtype, grad=grad)
 
@@ -117,3 +120,7 @@ def _implied_dtype(fill: cst.BaseExpression) -> str | None:
     if isinstance(fill, cst.Name):  # False
         return "bool"
     return None  # a float fill gives the default dtype, as torch.empty does
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"

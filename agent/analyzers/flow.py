@@ -15,6 +15,9 @@ so `md.cu_seqlens_k` means whichever buffer it was last bound to, even when one 
 rebound in several branches. Aliases rooted at `self` are object state shared by every
 method and are kept as a union. When a local object is stored into `self...`, a snapshot of
 its current fields is stored (fields added later in that function are appended at its end).
+Calls to functions of the same module (`self.helper(md, buf)`, `helper(buf)`) bind the
+callee's parameters to the arguments the same way, so a write through a parameter reaches
+the caller's buffers.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, render, string_key
+from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
 from .factories import Factory, classify
 from .refs import Ref, key_element, overlaps, path_of, resolve, write_target
 from .tensors import TensorVisitor
@@ -74,20 +77,10 @@ class BufferFacts:
 
 
 def collect(ctx: ModuleContext) -> BufferFacts:
-    visitor = _FlowVisitor(ctx)
-    ctx.module.visit(visitor)
-    visitor.finish_snapshots()
-    aliases = visitor.shared
-    alloc_ids = [resolve(a.ref, aliases) if a.ref else frozenset() for a in visitor.allocs]
-    links: dict[int, list[int]] = {}
-    for i, w in enumerate(visitor.writes):
-        if w.ref is None:
-            continue
-        w_ids = resolve(w.ref, aliases)
-        hit = [j for j, ids in enumerate(alloc_ids) if ids and overlaps(ids, w_ids)]
-        if hit:
-            links[i] = hit
-    return BufferFacts(visitor.allocs, visitor.writes, links)
+    """Run the flow analysis alone (the rule runner batches `FlowVisitor` with the others)."""
+    visitor = FlowVisitor(ctx)
+    run_visitors(ctx, [visitor])
+    return visitor.buffer_facts()
 
 
 @dataclass
@@ -98,15 +91,30 @@ class _Scope:
     snapshots: list[tuple[Ref, Ref, set[Ref]]] = field(default_factory=list)  # (object, snapshot root, fields)
 
 
-class _FlowVisitor(TensorVisitor):
+class FlowVisitor(TensorVisitor):
+    """Collects allocations, aliases and writes; `buffer_facts()` links them once the traversal is done."""
+
     def __init__(self, ctx: ModuleContext) -> None:
         super().__init__(ctx)
         self.scopes = [_Scope("<module>", frozenset())]
         self.allocs: list[Alloc] = []
         self.writes: list[Write] = []
         self.local: dict[Ref, Ref] = {}                              # latest binding of a local-rooted path
-        self.shared: dict[Ref, list[Ref]] = defaultdict(list)        # self-rooted and snapshot aliases
+        self.shared: dict[Ref, list[Ref]] = defaultdict(list)        # self-rooted, snapshot and parameter aliases
         self._counter = 0
+
+    def buffer_facts(self) -> BufferFacts:
+        self._finish(self.scopes[0])
+        alloc_ids = [resolve(a.ref, self.shared) if a.ref else frozenset() for a in self.allocs]
+        links: dict[int, list[int]] = {}
+        for i, w in enumerate(self.writes):
+            if w.ref is None:
+                continue
+            w_ids = resolve(w.ref, self.shared)
+            hit = [j for j, ids in enumerate(alloc_ids) if ids and overlaps(ids, w_ids)]
+            if hit:
+                links[i] = hit
+        return BufferFacts(self.allocs, self.writes, links)
 
     # scopes and names ------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -125,9 +133,6 @@ class _FlowVisitor(TensorVisitor):
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._finish(self.scopes.pop())
-
-    def finish_snapshots(self) -> None:
-        self._finish(self.scopes[0])
 
     def root_of(self, name: cst.Name) -> Ref:
         if name.value in ("self", "cls"):
@@ -150,6 +155,20 @@ class _FlowVisitor(TensorVisitor):
     def path(self, expr: cst.BaseExpression) -> Ref | None:
         ref = path_of(expr, self.root_of, self.likely_tensor)
         return None if ref is None else self._latest(ref)
+
+    def bound_path(self, target: cst.BaseExpression) -> Ref | None:
+        """The path an assignment rebinds: its owner resolved, its last element kept.
+
+        `md.cu = x` rebinds `md.cu` itself, not whatever `md.cu` was bound to before.
+        """
+        if isinstance(target, cst.Attribute):
+            owner = self.path(target.value)
+            return None if owner is None else owner + (f".{target.attr.value}",)
+        if isinstance(target, cst.Subscript) and len(target.slice) == 1 and (
+                key := string_key(target.slice[0].slice)) is not None:
+            owner = self.path(target.value)
+            return None if owner is None else owner + (key_element(key),)
+        return self.path(target)
 
     def target(self, expr: cst.BaseExpression) -> tuple[Ref | None, list[str]]:
         ref, skips = write_target(expr, self.root_of, self.likely_tensor)
@@ -176,13 +195,45 @@ class _FlowVisitor(TensorVisitor):
 
     # aliases ---------------------------------------------------------------------------
     def alias(self, target: Ref, value: Ref) -> None:
-        if target[0] != "self":
+        """Record `target` = `value`: flow-sensitive for this function's locals, shared otherwise."""
+        if target[0].split("#")[0] in {scope.id for scope in self.scopes}:
             self.local[target] = value
             return
         if value[0] != "self":
             value = self._snapshot(value)
         if value not in self.shared[target]:
             self.shared[target].append(value)
+
+    def _bind_arguments(self, call: cst.Call) -> None:
+        """`self.helper(md, out=buf)`: the helper's parameters alias the caller's values."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+            name, skip = func.attr.value, 1
+        elif isinstance(func, cst.Name):
+            name, skip = func.value, 0
+        else:
+            return
+        for scope_id, params in self.ctx.facts.defs.get(name, ()):
+            positional_params = params[skip:]
+            i = 0
+            for arg in call.args:
+                if arg.star:
+                    break
+                param = arg.keyword.value if arg.keyword is not None else (
+                    positional_params[i] if i < len(positional_params) else None)
+                if arg.keyword is None:
+                    i += 1
+                if param is None or param not in params:
+                    continue
+                root = (f"{scope_id}#{param}",)
+                value = self.path(arg.value)
+                if value is not None:
+                    self.alias(root, value)
+                elif isinstance(arg.value, cst.Call) and (element := _entry_style(arg.value, self.ctx)) is not None:
+                    for field_arg in arg.value.args:  # helper(Meta(cu=buf)): the parameter's fields alias
+                        field_ref = self.path(field_arg.value)
+                        if field_arg.keyword is not None and field_ref is not None:
+                            self.alias(root + (element(field_arg.keyword.value),), field_ref)
 
     def _snapshot(self, obj: Ref) -> Ref:
         """Freeze a local object's current fields before it becomes shared state."""
@@ -214,7 +265,7 @@ class _FlowVisitor(TensorVisitor):
         for extra in node.targets[1:]:
             if isinstance(extra.target, cst.Name) and first_ref is not None:
                 self.scopes[-1].names[extra.target.value] = first_ref
-            elif (ref := self.path(extra.target)) is not None and first_ref is not None:
+            elif (ref := self.bound_path(extra.target)) is not None and first_ref is not None:
                 self.alias(ref, first_ref)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
@@ -239,7 +290,7 @@ class _FlowVisitor(TensorVisitor):
             else:
                 self.rebind(target)
             return
-        text = render(target, self.ctx.module)
+        text = self.ctx.render(target)
         value_ref = self.path(value)
         if isinstance(target, cst.Name):
             if value_ref is not None:
@@ -253,9 +304,10 @@ class _FlowVisitor(TensorVisitor):
                 self._record("prefix", target, target, ref, skips)
             elif any(isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in target.slice):
                 self._record("sparse", target, target, ref, [])  # buf[idx] = v: a scatter through an index tensor
-            if any(isinstance(el.slice, cst.Slice) for el in target.slice) or self._is_buffer(target.value):
+            if (any(isinstance(el.slice, cst.Slice) for el in target.slice) or self._is_buffer(target.value)
+                    or self.likely_tensor(target.value)):
                 return  # a store into a tensor copies the value: a zeros temporary here is read
-        target_ref = self.path(target)
+        target_ref = self.bound_path(target)
         if value_ref is not None:
             if target_ref is not None:
                 self.alias(target_ref, value_ref)
@@ -306,6 +358,7 @@ class _FlowVisitor(TensorVisitor):
         self._record("accumulate", node, node.target, ref, skips)
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._bind_arguments(node)
         method = method_name(node)
         if method is not None:
             receiver = node.func.value  # type: ignore[attr-defined]
@@ -328,7 +381,7 @@ class _FlowVisitor(TensorVisitor):
 
     def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
                 skips: list[str]) -> None:
-        text = render(target, self.ctx.module)
+        text = self.ctx.render(target)
         self.writes.append(Write(kind, node, text, ref, self.function, tuple(skips)))
 
     def _register_buffer(self, node: cst.Call, receiver: cst.BaseExpression) -> None:
@@ -338,7 +391,7 @@ class _FlowVisitor(TensorVisitor):
             return
         attr = f".{string_key(cst.Index(name.value))}"
         base = self.path(receiver)
-        self.bind_value(base + (attr,) if base else None, render(receiver, self.ctx.module) + attr, value.value)
+        self.bind_value(base + (attr,) if base else None, self.ctx.render(receiver) + attr, value.value)
 
 
 def _strip_conversions(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -2,8 +2,9 @@
 
 Two shapes: a store into a tensor indexed by the loop variable (`t[i] = ...`,
 `t[i, :n] = ...`, `t[i, :n].copy_(...)`), and a list grown with `.append`/`.extend` in a
-loop and then handed to `torch.tensor`/`torch.as_tensor`. Reported inside functions (a
-loop in module-level setup code runs once). "Tensor" is a guess (see tensors.py): a
+loop and then handed to `torch.tensor`/`torch.as_tensor`. Reported in per-step code inside
+functions (not in module-level code or one-time setup such as `__init__`, nor, for the
+list form, in functions that are not per-step). "Tensor" is a guess (see tensors.py): a
 multi-dimensional index with a slice, a name or attribute assigned a torch call, or a
 parameter annotated Tensor. No rewrite: vectorising is a design change.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .context import ModuleContext, kwarg, method_name, positional, render, shorten, string_key
+from .context import ModuleContext, kwarg, method_name, positional, shorten, string_key
 from .model import LOOP_TENSOR, Finding
 from .tensors import TensorVisitor
 
@@ -20,20 +21,19 @@ _ELEMENT_WRITES = frozenset({"copy_", "fill_", "zero_"})
 _GROW = frozenset({"append", "extend"})
 
 
-def check(ctx: ModuleContext, rules: set[str]) -> list[Finding]:
-    if LOOP_TENSOR not in rules:
-        return []
-    visitor = _LoopVisitor(ctx)
-    ctx.module.visit(visitor)
-    return visitor.findings
+def visitor(ctx: ModuleContext, rules: set[str]) -> "LoopRule | None":
+    return LoopRule(ctx) if LOOP_TENSOR in rules else None
 
 
-class _LoopVisitor(TensorVisitor):
+class LoopRule(TensorVisitor):
     def __init__(self, ctx: ModuleContext) -> None:
         super().__init__(ctx)
-        self.findings: list[Finding] = []
-        self._for_stack: list[list[tuple[frozenset[str], int]]] = [[]]  # per function: (loop vars, line) of open for loops
+        self._found: list[Finding] = []
+        self._for_stack: list[list[tuple[frozenset[str], int]]] = [[]]  # per function: (loop vars, line) of open loops
         self._grown: list[dict[str, int]] = [{}]  # per function: list name -> line of the loop that grows it
+
+    def findings(self) -> list[Finding]:
+        return self._found
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -51,7 +51,7 @@ class _LoopVisitor(TensorVisitor):
     def leave_For(self, original_node: cst.For) -> None:
         self._for_stack[-1].pop()
 
-    def _loop_line(self, index: cst.CSTNode) -> int | None:
+    def _loop_line(self, index: tuple[cst.CSTNode, ...]) -> int | None:
         """Line of the innermost enclosing for loop whose variable the index uses."""
         used = set(_names(index))
         for names, line in reversed(self._for_stack[-1]):
@@ -60,19 +60,19 @@ class _LoopVisitor(TensorVisitor):
         return None
 
     def _store(self, node: cst.CSTNode, target: cst.BaseExpression) -> None:
-        if self.function is None or not isinstance(target, cst.Subscript):
+        if self.function is None or not self.per_step or not isinstance(target, cst.Subscript):
             return
         if len(target.slice) == 1 and string_key(target.slice[0].slice) is not None:
             return  # a dict entry
-        loop = self._loop_line(target.slice)  # type: ignore[arg-type]
+        loop = self._loop_line(tuple(target.slice))
         if loop is None or not self._tensor_store(target):
             return
-        base = render(target.value, self.ctx.module)
-        message = (f"`{shorten(render(target, self.ctx.module))}` is written once per iteration of the Python loop at "
+        base = self.ctx.render(target.value)
+        message = (f"`{shorten(self.ctx.render(target))}` is written once per iteration of the Python loop at "
                    f"line {loop}: one small op (a kernel launch on GPU) per element; build `{base}` with "
                    "vectorised ops or one copy_")
-        self.findings.append(self.ctx.finding(LOOP_TENSOR, node, message, self.function,
-                                              shorten(render(target, self.ctx.module))))
+        self._found.append(self.ctx.finding(LOOP_TENSOR, node, message, self.function,
+                                              shorten(self.ctx.render(target))))
 
     def _tensor_store(self, target: cst.Subscript) -> bool:
         multi_dim_slice = len(target.slice) > 1 and any(isinstance(el.slice, cst.Slice) for el in target.slice)
@@ -93,25 +93,28 @@ class _LoopVisitor(TensorVisitor):
             self._store(node, receiver)
         elif method in _GROW and isinstance(receiver, cst.Name) and self._for_stack[-1] and self.is_list(receiver):
             self._grown[-1].setdefault(receiver.value, self._for_stack[-1][-1][1])
-        elif self.ctx.qualified(node.func) in ("torch.tensor", "torch.as_tensor") and self.function is not None:
+        elif self.ctx.qualified(node.func) in ("torch.tensor", "torch.as_tensor") and self.function and self.per_step:
             data = positional(node, 0) or kwarg(node, "data")
             if data is not None and isinstance(data.value, cst.Name) and data.value.value in self._grown[-1]:
                 name, loop = data.value.value, self._grown[-1][data.value.value]
                 message = (f"`{name}` is built element by element with .append in the Python loop at line {loop} and then "
                            "converted: build the tensor with vectorised ops instead")
-                self.findings.append(self.ctx.finding(LOOP_TENSOR, node, message, self.function,
+                self._found.append(self.ctx.finding(LOOP_TENSOR, node, message, self.function,
                                                       shorten(self.ctx.code(node))))
 
 
-def _names(node: cst.CSTNode | object) -> list[str]:
-    """Every Name used inside a node (or a sequence of nodes)."""
-    found: list[str] = []
+def _names(node: cst.CSTNode | tuple[cst.CSTNode, ...]) -> list[str]:
+    """Every Name used inside a node (or a tuple of nodes, such as a subscript's elements)."""
+    collector = _NameCollector()
+    for item in node if isinstance(node, tuple) else (node,):
+        item.visit(collector)
+    return collector.names
 
-    class _Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.append(n.value)
 
-    items = node if isinstance(node, (list, tuple)) else [node]
-    for item in items:
-        item.visit(_Collect())  # type: ignore[union-attr]
-    return found
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node.value)

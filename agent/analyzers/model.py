@@ -18,7 +18,7 @@ ANALYZER_ERROR = "analyzer-error"
 
 RULES: dict[str, str] = {
     ZERO_INIT: "torch.zeros/zeros_like/new_zeros/full(..., 0) buffer that may be fully written before it is read: torch.empty skips the memset",
-    PREFIX_ZERO: "a write that skips element 0 (buf[1:...]) or accumulates (+=, add_) relies on the buffer's initial zeros",
+    PREFIX_ZERO: "a write that relies on a buffer's initial zeros: skips element 0 (buf[1:...]), accumulates (+=, add_) or scatters",
     HOST_SYNC: ".item()/.tolist()/.cpu()/.numpy()/bool()/int()/float() on a tensor in per-step code stalls the host on the device",
     PER_STEP_ALLOC: "torch.arange/tensor/zeros/ones/empty/full or F.pad(torch.cumsum(...)) allocates on every step; reuse a preallocated buffer",
     TENSOR_FROM_LIST: "torch.tensor(python list, device=...) in per-step code copies from pageable memory synchronously",
@@ -28,6 +28,7 @@ RULES: dict[str, str] = {
 }
 
 DEFAULT_PER_STEP = r"forward|replay|step|decode|extend|metadata"
+DEFAULT_SETUP = r"^(__init__|__post_init__|__new__|setup\w*|\w*_state|\w*warmup\w*|load\w*)$"
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,11 @@ class Finding:
 class AnalyzerConfig:
     """Knobs that change what counts as per-step code.
 
-    `per_step_pattern` is a case-insensitive regex searched in function names; code inside
-    loops and comprehensions is per-step regardless.
+    A function is per-step when `per_step_pattern` (case-insensitive, searched) matches its
+    name or when a per-step function of the same module calls it (`self.f()` or `f()`).
+    Loop and comprehension bodies are per-step too, except inside functions matching
+    `setup_pattern` (one-time setup such as `__init__`) that no per-step function calls.
     """
 
     per_step_pattern: str = DEFAULT_PER_STEP
+    setup_pattern: str = DEFAULT_SETUP

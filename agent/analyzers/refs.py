@@ -3,7 +3,7 @@
 A `Ref` is a tuple: a root (`"self"`, or a scope-qualified, versioned local name) and then
 path elements: `.attr`, `["key"]` (string keys), `[*]` (any other index). Zero-offset views
 (`x[:n]`, `x.view(...)`) name the same storage as `x`; offset views (`x[1:]`) do not.
-Alias edges go from the assigned Ref to the assigned one (`self.x = cu` maps `self.x` to
+Alias edges go from the assigned Ref to the value's Ref (`self.x = cu` maps `self.x` to
 `cu`; `self.meta = {"cu": cu}` maps `self.meta["cu"]` to `cu`); `resolve` follows them by
 rewriting prefixes, so a buffer and a write are linked when their resolved sets meet.
 """
@@ -14,23 +14,24 @@ from typing import Callable, Mapping, Sequence
 
 import libcst as cst
 
-from .context import string_key
+from .context import quoted, string_key
 
 Ref = tuple[str, ...]
 RootOf = Callable[[cst.Name], Ref]
 IsTensor = Callable[[cst.BaseExpression], bool]
 
 
+VIEW_METHODS = frozenset({"view", "view_as", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
+                          "contiguous", "detach"})
+_MAX_RESOLVED = 256
+
+
 def _never(expr: cst.BaseExpression) -> bool:
     return False
 
-VIEW_METHODS = frozenset({"view", "view_as", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
-                          "contiguous", "detach"})
-_MAX_RESOLVED = 64
-
 
 def key_element(key: str) -> str:
-    return '["' + key.replace("\\", "\\\\").replace('"', '\\"') + '"]'
+    return f"[{quoted(key)}]"
 
 
 def literal_int(expr: cst.BaseExpression | None) -> int | None:
@@ -46,7 +47,7 @@ def path_of(expr: cst.BaseExpression, root_of: RootOf, is_tensor: IsTensor = _ne
     """The storage an expression names, or None when it is a computed value, an offset view
     or a gather (`x[index_tensor]` copies)."""
     if isinstance(expr, cst.Name):
-        return root_of(expr)
+        return None if expr.value in ("None", "True", "False") else root_of(expr)
     if isinstance(expr, cst.Attribute):
         base = path_of(expr.value, root_of, is_tensor)
         return None if base is None else base + (f".{expr.attr.value}",)

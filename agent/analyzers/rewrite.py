@@ -25,7 +25,7 @@ class RewriteError(ValueError):
 
 
 def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
-    """`source` with exactly the given fixable zero-init-buffer findings rewritten.
+    """`source` with exactly the given fixable zero-init-buffer findings (of this one file) rewritten.
 
     Other findings are ignored. A finding that no longer matches the source raises
     RewriteError rather than silently doing nothing.
@@ -33,11 +33,13 @@ def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
     wanted = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
     if not wanted:
         return source
+    if len({f.path for f in wanted}) > 1:
+        raise RewriteError("apply_rewrites takes the findings of one file; group them by path (fix_paths does)")
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         raise RewriteError(f"{wanted[0].path}: does not parse: {e.message}") from None
-    ctx = ModuleContext.build(module, wanted[0].path, AnalyzerConfig())
+    ctx = ModuleContext.build(module, wanted[0].path, AnalyzerConfig(), source)
     sites = zero_init_sites(ctx)
     by_key = {_local(f.key): a for f, a in sites}
     by_pos = {(f.line, f.col): (f, a) for f, a in sites}

@@ -15,12 +15,12 @@ from typing import Iterable, Iterator, Sequence
 import libcst as cst
 
 from . import alloc, buffers, loops, sync
-from .context import ModuleContext, dedupe_keys
+from .context import ModuleContext, dedupe_keys, run_visitors
 from .model import ANALYZER_ERROR, PARSE_ERROR, RULES, AnalyzerConfig, Finding
 
 DEFAULT_EXCLUDE = ("tests/**", "test_*.py", "**/tests/**", "conftest.py")
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv"})
-_CHECKS = (buffers.check, sync.check, alloc.check, loops.check)
+_RULE_VISITORS = (buffers.visitor, sync.visitor, alloc.visitor, loops.visitor)
 
 
 def analyze_source(source: str, path: str = "<string>", rules: set[str] | None = None, *,
@@ -31,11 +31,10 @@ def analyze_source(source: str, path: str = "<string>", rules: set[str] | None =
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         return [_parse_error(source, path, e)]
-    ctx = ModuleContext.build(module, path, config or AnalyzerConfig())
-    findings: list[Finding] = []
-    for check in _CHECKS:
-        findings += check(ctx, selected)
-    return dedupe_keys(findings)
+    ctx = ModuleContext.build(module, path, config or AnalyzerConfig(), source)
+    visitors = [v for make in _RULE_VISITORS if (v := make(ctx, selected)) is not None]
+    run_visitors(ctx, visitors)
+    return dedupe_keys([f for v in visitors for f in v.findings()])
 
 
 def analyze_paths(paths: Sequence[Path], root: Path | None = None, rules: set[str] | None = None,

@@ -1,8 +1,9 @@
 """host-device-sync: per-step code that makes the host wait for the device.
 
 Flags `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, `.to("cpu")`, `bool/int/float(t)` on a
-likely tensor, and `if`/`while`/`assert` tests that call bool() on a tensor, but only in
-per-step code (functions matching the per-step pattern, loop bodies, comprehensions).
+likely tensor (tensors.py), and `if`/`while`/`assert` tests that call bool() on a tensor,
+but only in per-step code (context.ScopedVisitor: per-step functions and their callees in
+the module, loop and comprehension bodies outside one-time setup).
 Receivers named like host data (`seq_lens_cpu`, `x_host`) are skipped. No rewrite: the fix
 is a design change (keep a host copy, or keep the value on the device).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .context import ModuleContext, method_name, positional, shorten
+from .context import ModuleContext, is_cpu_device, kwarg, method_name, positional, shorten
 from .model import HOST_SYNC, Finding
 from .tensors import TensorVisitor, host_named
 
@@ -24,37 +25,35 @@ _SYNC_METHODS = {
 _CONVERTERS = frozenset({"bool", "int", "float"})
 
 
-def check(ctx: ModuleContext, rules: set[str]) -> list[Finding]:
-    if HOST_SYNC not in rules:
-        return []
-    visitor = _SyncVisitor(ctx)
-    ctx.module.visit(visitor)
-    return visitor.findings
+def visitor(ctx: ModuleContext, rules: set[str]) -> "SyncRule | None":
+    return SyncRule(ctx) if HOST_SYNC in rules else None
 
 
-class _SyncVisitor(TensorVisitor):
+class SyncRule(TensorVisitor):
     def __init__(self, ctx: ModuleContext) -> None:
         super().__init__(ctx)
-        self.findings: list[Finding] = []
+        self._found: list[Finding] = []
+
+    def findings(self) -> list[Finding]:
+        return self._found
 
     def _flag(self, node: cst.CSTNode, what: str) -> None:
         code = self.ctx.code(node)
         where = "in a loop" if self.in_loop else f"in per-step `{self.function}`"
         message = f"`{shorten(code)}` {what} and blocks until the device catches up ({where})"
-        self.findings.append(self.ctx.finding(HOST_SYNC, node, message, self.function, shorten(code)))
+        self._found.append(self.ctx.finding(HOST_SYNC, node, message, self.function, shorten(code)))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.per_step:
             return
         method = method_name(node)
-        module = self.ctx.module
-        if method in _SYNC_METHODS and not host_named(node.func.value, module):  # type: ignore[attr-defined]
+        if method in _SYNC_METHODS and not host_named(node.func.value, self.ctx):  # type: ignore[attr-defined]
             self._flag(node, _SYNC_METHODS[method])
-        elif method == "to" and _to_cpu(node) and not host_named(node.func.value, module):  # type: ignore[attr-defined]
+        elif method == "to" and _to_cpu(node) and not host_named(node.func.value, self.ctx):  # type: ignore[attr-defined]
             self._flag(node, "copies the tensor to the host")
         elif isinstance(node.func, cst.Name) and node.func.value in _CONVERTERS and len(node.args) == 1:
             arg = positional(node, 0)
-            if arg is not None and self.likely_tensor(arg.value) and not host_named(arg.value, module):
+            if arg is not None and self.likely_tensor(arg.value) and not host_named(arg.value, self.ctx):
                 self._flag(node, f"`{node.func.value}()` of a tensor reads it on the host")
 
     def _test(self, test: cst.BaseExpression) -> None:
@@ -68,7 +67,7 @@ class _SyncVisitor(TensorVisitor):
             return self._bool_of_tensor(test.expression)
         if isinstance(test, cst.Call) and method_name(test) in _SYNC_METHODS:
             return False  # already reported as a call
-        return self.likely_tensor(test) and not host_named(test, self.ctx.module)
+        return self.likely_tensor(test) and not host_named(test, self.ctx)
 
     def visit_If(self, node: cst.If) -> None:
         self._test(node.test)
@@ -85,11 +84,5 @@ class _SyncVisitor(TensorVisitor):
 
 
 def _to_cpu(call: cst.Call) -> bool:
-    for arg in call.args:
-        if arg.keyword is None or arg.keyword.value == "device":
-            value = arg.value
-            if isinstance(value, cst.Call) and len(value.args) >= 1:  # torch.device("cpu")
-                value = value.args[0].value
-            return isinstance(value, cst.SimpleString) and value.evaluated_value in ("cpu", b"cpu")
-    return False
-
+    target = kwarg(call, "device") or positional(call, 0)
+    return target is not None and is_cpu_device(target.value)

@@ -1,7 +1,8 @@
 """Where the numbers came from: CPU, GPU and driver, and torch/CUDA/Python as the target sees them.
 
 torch and CUDA versions are probed with the target's own interpreter (the `python` the
-check commands run), not the harness's, since that is what the benchmark used.
+check commands run), not the harness's, since that is what the benchmark used. The GPU
+comes from nvidia-smi, and only when that torch is a CUDA build.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ from pathlib import Path
 from agent.checks.models import Environment
 from agent.sandbox import base_env, isolation_mode, run_command
 
+# Reads torch/version.py on its own: importing torch would cost seconds per checker.
 _PROBE = r"""
-import json, platform
+import importlib.util, json, os, platform
 info = {"python": platform.python_version()}
-try:
-    import torch
-    info["torch"] = torch.__version__
-    info["cuda"] = torch.version.cuda
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-except Exception as e:
-    info["torch_error"] = repr(e)
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    version = importlib.util.spec_from_file_location("_perfagent_torch_version", path)
+    module = importlib.util.module_from_spec(version)
+    version.loader.exec_module(module)
+    info["torch"], info["cuda"] = module.__version__, module.cuda
 print("PERFAGENT_ENV " + json.dumps(info))
 """
 
@@ -41,13 +42,21 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def gpu_driver() -> str | None:
+def gpu() -> tuple[str | None, str | None]:
+    """Name and driver of the first visible NVIDIA GPU, from nvidia-smi; (None, None) without one."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible in ("-1", "none"):
+        return None, None
+    argv = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=15)
+        out = subprocess.run(argv + ([f"--id={visible}"] if visible else []), capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+        return None, None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    if not lines or "," not in lines[0]:
+        return None, None
+    name, driver = (x.strip() for x in lines[0].rsplit(",", 1))
+    return name, driver
 
 
 def device_name(gpu: str | None) -> str:
@@ -65,7 +74,7 @@ def probe(root: Path) -> Environment:
     for line in res.output.splitlines():
         if line.startswith("PERFAGENT_ENV "):
             info = json.loads(line.split(" ", 1)[1])
-    gpu = info.get("gpu")
-    return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=gpu, gpu_driver=gpu_driver() if gpu else None,
+    name, driver = gpu() if info.get("cuda") else (None, None)
+    return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=driver,
                        torch=info.get("torch"), cuda=info.get("cuda"), python=info.get("python"),
-                       platform=platform.platform(), isolation=isolation_mode(), device=device_name(gpu))
+                       platform=platform.platform(), isolation=isolation_mode(), device=device_name(name))

@@ -35,7 +35,7 @@ class Correctness(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return self.plain.passed and (self.poison.passed if self.poison_enabled and self.poison else not self.poison_enabled)
+        return self.plain.passed and (not self.poison_enabled or (self.poison is not None and self.poison.passed))
 
 
 class CoverageResult(BaseModel):

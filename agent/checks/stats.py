@@ -12,7 +12,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy import stats as sps
 
 Direction = Literal["lower", "higher"]
 PerfVerdict = Literal["faster", "slower", "no significant change"]
@@ -47,6 +46,8 @@ def _ratio_of_medians(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarra
 def bootstrap_ci(baseline: list[float], candidate: list[float], *, confidence: float = 0.95,
                  n_resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of median(candidate) / median(baseline), resampling each side."""
+    from scipy import stats as sps  # here, not at the top: scipy.stats costs ~1 s to import
+
     b, c = np.asarray(baseline, float), np.asarray(candidate, float)
     if len(b) < 2 or len(c) < 2 or (np.ptp(b) == 0 and np.ptp(c) == 0):
         r = float(_ratio_of_medians(b, c))
@@ -63,6 +64,8 @@ def rank_p_value(baseline: list[float], candidate: list[float]) -> float:
         return 1.0
     if len(set(baseline) | set(candidate)) == 1:
         return 1.0
+    from scipy import stats as sps
+
     return float(sps.mannwhitneyu(candidate, baseline, alternative="two-sided").pvalue)
 
 

@@ -48,13 +48,14 @@ class CheckVerdict:
 
 
 def parse_checks(text: str) -> CheckVerdict:
-    """Read the run_checks summary the way a careful human would: verdict, failing test, perf."""
-    verdict = re.search(r"verdict:\s*([\w-]+)", text)
-    passed = bool(verdict) and verdict.group(1).lower() == "pass"
-    failing = re.search(r"(?:FAILED|failed|ERROR)\s*:?\s*(\S+::\S+)", text)
-    failure = failing.group(1) if failing else (verdict.group(0) if verdict else text.strip().splitlines()[0][:200])
-    perf = re.search(r"^.*\b(faster|slower|no significant change)\b.*$", text, re.M)
-    return CheckVerdict(passed, failure, bool(perf and perf.group(1) == "faster"), perf.group(0).strip() if perf else "")
+    """Read the run_checks summary as a careful human would: the verdict, the first failing test, perf."""
+    verdict = re.search(r"^verdict:\s*([\w-]+)", text, re.M)
+    passed = bool(verdict) and verdict.group(1) == "pass"
+    failing = re.search(r"failing: ([^,;)\s]+)", text) or re.search(r"^\s*FAILED (\S+)", text, re.M)
+    failure = failing.group(1) if failing else (verdict.group(0) if verdict else text.strip()[:200])
+    perf = re.search(r"^perf: (.*)$", text, re.M)
+    faster = bool(perf) and perf.group(1).startswith("faster")
+    return CheckVerdict(passed, failure, faster, perf.group(1).strip() if perf else "")
 
 
 Script = Generator[ToolCall, ToolOutput, str]

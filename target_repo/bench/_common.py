@@ -4,6 +4,7 @@ JSON-line output, and a random batch builder."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -42,14 +43,27 @@ def parse_args(description: str, repeats: int, warmup: int) -> argparse.Namespac
     return args
 
 
-def time_ms(fn, repeats: int, warmup: int, device: torch.device) -> list[float]:
-    """Per-call times in ms after `warmup` untimed calls."""
+def fresh_host_memory() -> None:
+    """Serve every large host allocation from a fresh mapping (glibc otherwise adapts its
+    mmap threshold, so timings would depend on what earlier iterations freed)."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD = 1 MiB
+    except OSError:
+        pass
+
+
+def time_ms(fn, repeats: int, warmup: int, device: torch.device, setup=None) -> list[float]:
+    """Per-call times in ms after `warmup` untimed calls; `setup` runs untimed before each call."""
     for _ in range(warmup):
+        if setup is not None:
+            setup()
         fn()
     times = []
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         for _ in range(repeats):
+            if setup is not None:
+                setup()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -58,6 +72,8 @@ def time_ms(fn, repeats: int, warmup: int, device: torch.device) -> list[float]:
             times.append(start.elapsed_time(end))
     else:
         for _ in range(repeats):
+            if setup is not None:
+                setup()
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)

@@ -372,23 +372,29 @@ class FlashAttentionBackend:
                 if self.topk <= 1:
                     md = self.decode_cuda_graph_metadata[bs]
                     md.cache_seqlens_int32.copy_(seq_lens + (self.speculative_step_id + 1))
+                    md.cu_seqlens_q.copy_(torch.arange(0, bs + 1, dtype=torch.int32, device=self.device))
                     md.max_seq_len_k = int(seq_lens_cpu.max().item()) + self.speculative_step_id + 1
                     md.cu_seqlens_k.copy_(F.pad(torch.cumsum(md.cache_seqlens_int32, dim=0, dtype=torch.int32), (1, 0)))
                     self._fill_page_table(md.page_table, req_pool_indices, md.max_seq_len_k)
                 else:
                     md = self.draft_decode_metadata_topk_normal[bs]
                     md.cache_seqlens_int32.copy_(seq_lens)
+                    md.cu_seqlens_q.copy_(
+                        torch.arange(0, bs * self.topk + 1, step=self.topk, dtype=torch.int32, device=self.device)
+                    )
                     md.max_seq_len_k = int(seq_lens_cpu.max().item())
                     md.cu_seqlens_k.copy_(F.pad(torch.cumsum(md.cache_seqlens_int32, dim=0, dtype=torch.int32), (1, 0)))
                     self._fill_page_table(md.page_table, req_pool_indices, md.max_seq_len_k)
 
                     decode_length = self.speculative_step_id + 1
                     me = self.draft_decode_metadata_topk_expand[bs]
+                    me.cu_seqlens_q.copy_(torch.arange(0, bs * self.topk + 1, dtype=torch.int32, device=self.device))
                     me.page_table[:, :decode_length].copy_(spec_info.draft_token_loc[: bs * self.topk, :decode_length])
                     self.forward_metadata_spec_decode_expand = me
             else:
                 md = self.decode_cuda_graph_metadata[bs]
                 md.cache_seqlens_int32.copy_(seq_lens)
+                md.cu_seqlens_q.copy_(torch.arange(0, bs + 1, dtype=torch.int32, device=self.device))
                 md.max_seq_len_k = int(seq_lens_cpu.max().item())
                 md.cu_seqlens_k.copy_(F.pad(torch.cumsum(seq_lens, dim=0, dtype=torch.int32), (1, 0)))
                 starts = self._decoder_starts(encoder_lens[:bs]) if self.is_encoder_decoder else None
@@ -399,6 +405,7 @@ class FlashAttentionBackend:
             n = self.speculative_num_draft_tokens
             md = self.target_verify_metadata[bs]
             md.cache_seqlens_int32.copy_(seq_lens + n)
+            md.cu_seqlens_q.copy_(torch.arange(0, bs * n + 1, step=n, dtype=torch.int32, device=self.device))
             md.max_seq_len_k = int(seq_lens_cpu.max().item()) + n
             md.cu_seqlens_k[1:].copy_(torch.cumsum(md.cache_seqlens_int32, dim=0, dtype=torch.int32))
             self._fill_page_table(md.page_table, req_pool_indices, md.max_seq_len_k)

@@ -15,7 +15,7 @@ if os.environ.get("MINIATTN_POISON", "0") == "1":
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
 
-torch.set_num_threads(min(torch.get_num_threads(), 2))
+torch.set_num_threads(1)  # tiny tensors: threads only add overhead
 
 
 def pytest_report_header(config):

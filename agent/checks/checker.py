@@ -1,0 +1,290 @@
+"""Grade one patch against a task: hygiene, protected paths, tests (plain + poison), coverage
+of the changed lines, and an interleaved A/B perf measurement.
+
+The baseline workspace (and the reference's) is created once per Checker and reused; each
+candidate gets a fresh checkout of base, so nothing from an earlier evaluation leaks in.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from agent.checks import perf as perfmod
+from agent.checks.correctness import install_hook, run_check, to_run
+from agent.checks.environment import probe
+from agent.checks.linecov import classify, executed_lines, write_rc
+from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
+from agent.checks.models import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
+                                 ReferenceResult)
+from agent.checks.patchinfo import added_lines, hygiene_problems
+from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
+from agent.checks.render import compact_lines
+from agent.checks.stats import compare, fraction_of_reference, speedup
+from agent.sandbox import run_command
+from agent.task import Task
+from agent.workspace import PatchError, Workspace
+
+# Files that change what the tests check without being tests: always protected, on top of the task's list.
+ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py"]
+
+
+class CheckError(Exception):
+    """The task itself cannot be checked (baseline setup or bench broken): verdict "error"."""
+
+
+class Checker:
+    def __init__(self, task: Task, workdir: Path, *, lock_dir: Path | None = None,
+                 log: Callable[[str], None] | None = None, seed: int | None = None,
+                 full: SamplingPolicy = FULL, quick: SamplingPolicy = QUICK):
+        self.task = task
+        self.workdir = Path(workdir)
+        self.lock_dir = lock_dir or DEFAULT_LOCK_DIR
+        self.log = log or (lambda _: None)
+        self.seed = seed
+        self.policies = {False: full, True: quick}
+        self._baseline: Workspace | None = None
+        self._reference: Workspace | str | None = None  # a workspace, or why there is none
+        self._env: Environment | None = None
+        self._hook: Path | None = None
+        self._count = 0
+
+    @property
+    def protected(self) -> list[str]:
+        return [*self.task.spec.protected, *ALWAYS_PROTECTED]
+
+    # -- workspaces -------------------------------------------------------------------------
+    def baseline(self) -> Workspace:
+        if self._baseline is None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            dest = self.workdir / "baseline"
+            shutil.rmtree(dest, ignore_errors=True)
+            self.log(f"creating the baseline workspace at {self.task.spec.base}")
+            ws = Workspace.create(self.task.repo, self.task.spec.base, dest)
+            setup = self._setup(ws)
+            if setup is not None and not setup.passed:
+                ws.cleanup()
+                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): {setup.output_tail[-500:]}")
+            self._baseline = ws
+        return self._baseline
+
+    def _workspace_with(self, patch: str, name: str) -> Workspace:
+        base = self.baseline()
+        dest = self.workdir / name
+        shutil.rmtree(dest, ignore_errors=True)
+        ws = Workspace.create(base.root, base.base_commit, dest)
+        try:
+            ws.apply_patch(patch)
+        except PatchError:
+            ws.cleanup()
+            raise
+        return ws
+
+    def _reference_ws(self) -> Workspace | None:
+        if self._reference is None:
+            if self.task.reference_patch is None:
+                self._reference = "the task has no reference patch"
+            else:
+                try:
+                    ws = self._workspace_with(self.task.reference_patch.read_text(), "reference")
+                    ws.restore_paths(self.protected)
+                    setup = self._setup(ws)
+                    self._reference = ws if setup is None or setup.passed else "setup failed on the reference patch"
+                except PatchError as e:
+                    self._reference = f"reference patch does not apply: {e}"
+        return self._reference if isinstance(self._reference, Workspace) else None
+
+    def _setup(self, ws: Workspace) -> CommandRun | None:
+        spec = self.task.spec.setup
+        if spec is None:
+            return None
+        self.log(f"setup: {spec.command}")
+        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s, env=perfmod.perf_env(ws.root)))
+
+    def environment(self) -> Environment:
+        if self._env is None:
+            self._env = probe(self.baseline().root)
+        return self._env
+
+    def _hook_dir(self) -> Path:
+        if self._hook is None:
+            self._hook = install_hook(self.workdir / "hook")
+        return self._hook
+
+    # -- grading ----------------------------------------------------------------------------
+    def evaluate(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evaluation:
+        """Grade `patch` (a unified diff against base). Raises PatchError if it does not apply."""
+        start = time.monotonic()
+        ev = Evaluation(task_id=self.task.id, verdict="pass", quick=quick)
+        problems = hygiene_problems(patch)
+        if problems:
+            ev.hygiene = Hygiene(ok=False, problems=problems)
+            ev.verdict, ev.reasons = "rejected", [f"patch refused: {p}" for p in problems]
+            return ev
+        try:
+            self._count += 1
+            cand = self._workspace_with(patch, f"candidate-{self._count}")
+        except CheckError as e:
+            return ev.model_copy(update={"verdict": "error", "error": str(e), "reasons": [str(e)]})
+        try:
+            self._grade(cand, ev, quick=quick, perf=perf, reference=reference)
+        except CheckError as e:
+            ev.verdict, ev.error, ev.reasons = "error", str(e), [*ev.reasons, str(e)]
+        finally:
+            cand.cleanup()
+            shutil.rmtree(self.workdir / f"coverage-{self._count}", ignore_errors=True)
+        ev.duration_s = round(time.monotonic() - start, 2)
+        return ev
+
+    def _grade(self, cand: Workspace, ev: Evaluation, *, quick: bool, perf: bool, reference: bool) -> None:
+        ev.diff_stats = diff_stats(cand)
+        ev.protected_violations = cand.restore_paths(self.protected)
+        cand.changed_files()  # stage the restored state
+        changed = added_lines(cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", cand.base_commit))
+        ev.environment = self.environment().model_copy(update={
+            "base_commit": cand.base_commit, "candidate_commit": cand.snapshot("perfagent candidate")})
+
+        if ev.protected_violations:
+            ev.reasons.append("touches protected paths: " + ", ".join(ev.protected_violations)
+                              + " (checked with the baseline's versions restored)")
+        ev.setup = self._setup(cand)
+        if ev.setup is not None and not ev.setup.passed:
+            ev.reasons.append(f"setup command failed (exit {ev.setup.exit_code})")
+        else:
+            self._correctness(cand, ev, changed)
+        if ev.reasons:
+            ev.verdict = "rejected" if ev.protected_violations else "fail"
+            return
+        if ev.coverage is not None and (ev.coverage.uncovered or not ev.coverage.measured):
+            ev.verdict = "unverified"
+            ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
+                              if ev.coverage.uncovered else ev.coverage.note or "coverage not measured")
+        if perf and self.task.spec.perf is not None:
+            self._perf(cand, ev, quick=quick, reference=reference)
+
+    def _correctness(self, cand: Workspace, ev: Evaluation, changed) -> None:
+        spec = self.task.spec.correctness
+        py_files = [f.path for f in changed if f.path.endswith(".py")]
+        cov_dir = self.workdir / f"coverage-{self._count}"
+        rc = write_rc(cov_dir, cand.root, py_files) if py_files else None
+        hook = self._hook_dir()
+
+        def run(name: str) -> CommandRun:
+            return run_check(name, spec.command, cand.root, hook, timeout_s=spec.timeout_s,
+                             poison=name == "poison", coverage_rc=rc if name == "plain" else None)
+
+        # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
+        # a GPU, where two test processes could exhaust device memory.
+        parallel = spec.poison and not ev.environment.gpu
+        self.log(f"tests{' (plain + poisoned, in parallel)' if parallel else ''}: {spec.command}")
+        if parallel:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                plain, poison = pool.map(run, ["plain", "poison"])
+        else:
+            plain, poison = run("plain"), None
+            if spec.poison and plain.passed:
+                self.log("tests, poisoned (uninitialised memory = NaN / max int)")
+                poison = run("poison")
+        ev.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)
+        if not plain.passed:
+            ev.reasons.append("tests fail" + _ids(plain))
+        if poison is not None and not poison.passed:
+            ev.reasons.append("tests fail with uninitialised memory poisoned (a buffer is read before it is written)"
+                              + _ids(poison))
+        if changed:
+            ev.coverage = classify(cand.root, changed, executed_lines(cov_dir, rc) if rc else {})
+
+    def _perf(self, cand: Workspace, ev: Evaluation, *, quick: bool, reference: bool) -> None:
+        spec = self.task.spec.perf
+        assert spec is not None
+        sides = {"baseline": self.baseline().root, "candidate": cand.root}
+        ref = self._reference_ws() if reference else None
+        if ref is not None:
+            sides["reference"] = ref.root
+        elif reference:
+            ev.reference = ReferenceResult(error=str(self._reference))
+        policy = self.policies[quick]
+        seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
+        device = ev.environment.device or "cpu"
+        result = PerfResult(metric=spec.metric, direction=spec.direction, min_effect=spec.min_effect, seed=seed,
+                            device=device)
+        start = time.monotonic()
+        with device_lock(device, self.lock_dir, self.log):
+            try:
+                samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log)
+            except BenchError as e:
+                if e.side == "reference":  # rare: drop the reference and measure again
+                    ev.reference = ReferenceResult(error=str(e))
+                    sides.pop("reference")
+                    samples = None
+                else:
+                    samples, result.error, result.error_side = None, str(e), e.side
+            if samples is None and result.error is None:
+                try:
+                    samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log)
+                except BenchError as e:
+                    result.error, result.error_side = str(e), e.side
+        result.duration_s = round(time.monotonic() - start, 2)
+        ev.perf = result
+        if result.error is not None:
+            if result.error_side == "candidate":
+                ev.verdict = "fail"
+                ev.reasons.append(result.error)
+            else:
+                raise CheckError(result.error)
+            return
+        assert samples is not None and samples.comparison is not None
+        c = samples.comparison
+        ev.perf = result.model_copy(update={
+            "unit": samples.unit, "baseline_samples": samples.values["baseline"],
+            "candidate_samples": samples.values["candidate"], "warmup_samples": samples.warmup,
+            "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]),
+            "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
+            "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
+            "verdict": c.verdict, "precise": c.precise})
+        if "reference" in samples.values:
+            r = compare(samples.values["baseline"], samples.values["reference"], spec.direction, spec.min_effect, seed)
+            ref_speedup = speedup(r.ratio, spec.direction)
+            ev.reference = ReferenceResult(
+                ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict,
+                samples=samples.values["reference"], speedup=ref_speedup,
+                fraction_of_reference=fraction_of_reference(speedup(c.ratio, spec.direction), ref_speedup))
+
+    def close(self) -> None:
+        """Remove every workspace this checker made."""
+        for ws in (self._baseline, self._reference):
+            if isinstance(ws, Workspace):
+                ws.cleanup()
+        if self._hook is not None:
+            shutil.rmtree(self._hook, ignore_errors=True)
+        self._baseline = self._reference = self._hook = None
+
+    def __enter__(self) -> "Checker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def diff_stats(ws: Workspace) -> DiffStats:
+    ws.changed_files()  # stages everything
+    files, ins, dels = [], 0, 0
+    for line in ws.repo.git.diff("--cached", "--numstat", ws.base_commit).splitlines():
+        a, d, path = line.split("\t", 2)
+        files.append(path)
+        ins += int(a) if a.isdigit() else 0
+        dels += int(d) if d.isdigit() else 0
+    return DiffStats(files=files, insertions=ins, deletions=dels)
+
+
+def _ids(run: CommandRun) -> str:
+    if run.timed_out:
+        return " (timed out)"
+    if not run.failing_tests:
+        return f" (exit code {run.exit_code})"
+    more = f" and {len(run.failing_tests) - 8} more" if len(run.failing_tests) > 8 else ""
+    return ": " + ", ".join(run.failing_tests[:8]) + more
