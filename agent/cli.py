@@ -93,7 +93,11 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
         _print_run_summary(out, result)
     for w in result.outcome.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
-    return 1 if report["is_error"] else 0
+    if report["is_error"]:
+        err.print(f"[red]error:[/] {report['subtype']}: {report['result']} (outputs in {result.paths.report.parent})",
+                  highlight=False)
+        return 1
+    return 0
 
 
 def _print_run_summary(out: Console, result) -> None:

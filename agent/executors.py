@@ -100,11 +100,15 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
     child_env = {**os.environ, **cfg.extra_env, **(env or {})}
     start = time.monotonic()
     child = (_Forked if fork else _Spawned)(run_argv(job, cfg), cfg.cwd, child_env, log_path)
+    with _LIVE_LOCK:
+        _LIVE.add(child)
     try:
         code = child.wait(job.timeout_s)
     finally:
         timed_out = child.exit_code is None
         child.kill()
+        with _LIVE_LOCK:
+            _LIVE.discard(child)
     wall = time.monotonic() - start
     report_file = res_dir / "report.json"
     common = dict(exit_code=code, wall_s=round(wall, 3), device=child_env.get("CUDA_VISIBLE_DEVICES"),
@@ -119,6 +123,18 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
                       report=report_file.relative_to(out).as_posix(),
                       patch=patch.relative_to(out).as_posix() if patch.is_file() else None,
                       **common, **figures_from_report(report))
+
+
+_LIVE: set = set()  # job processes running now, so an interrupted batch can stop them at once
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all_jobs() -> None:
+    """SIGKILL every job process this process started and has not reaped yet."""
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        child.signal_kill()
 
 
 class _Spawned:
@@ -137,9 +153,12 @@ class _Spawned:
             pass
         return self.exit_code
 
-    def kill(self) -> None:
+    def signal_kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
+
+    def kill(self) -> None:
+        self.signal_kill()
         self.proc.wait()
 
 
@@ -165,9 +184,12 @@ class _Forked:
         self.exit_code = self.proc.exitcode
         return self.exit_code
 
-    def kill(self) -> None:
+    def signal_kill(self) -> None:
         if self.proc.exitcode is None:
             self.proc.kill()
+
+    def kill(self) -> None:
+        self.signal_kill()
         self.proc.join()
 
 
@@ -288,8 +310,9 @@ class LocalExecutor:
                     else:
                         left -= 1
                         on_finish(payload)
-            except BaseException:
+            except BaseException:  # Ctrl-C or a failing callback: stop now, lose only the jobs in flight
                 pool.shutdown(wait=False, cancel_futures=True)
+                stop_all_jobs()
                 raise
 
 

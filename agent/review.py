@@ -9,11 +9,13 @@ missing or unreadable is shown as such, never a crash.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from decimal import Decimal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console, Group, RenderableType
 from rich.markdown import Markdown
@@ -24,6 +26,9 @@ from rich.text import Text
 
 from agent.batch_records import JobRecord, Ledger, figures_from_report
 from agent.batch_summary import PLAN, BatchSummary, TaskRow, summarize, summarize_run, summary_tables
+
+if TYPE_CHECKING:
+    from agent.models.pricing import PriceTable
 
 ARTIFACTS = ("report.json", "trajectory.jsonl", "checks.json", "batch.log")
 SortKey = Literal["job", "speedup", "cost", "verdict"]
@@ -457,6 +462,13 @@ def sample_plot(perf: dict[str, Any], width: int = 40) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
+def _prices() -> PriceTable:
+    from agent.models.pricing import load_prices
+
+    return load_prices()
+
+
 @dataclass
 class TokenCost:
     model: str
@@ -472,13 +484,9 @@ def token_costs(report: dict[str, Any] | None) -> list[TokenCost]:
     money went (usually cache reads vs output). Cache writes are priced at the 5-minute rate
     unless the report's usage says they were 1-hour writes.
     """
-    from decimal import Decimal
-
-    from agent.models.pricing import load_prices
-
     if not report:
         return []
-    prices = load_prices()
+    prices = _prices()
     usage = report.get("usage") or {}
     creation = usage.get("cache_creation") or {}
     one_hour = int(creation.get("ephemeral_1h_input_tokens") or 0)

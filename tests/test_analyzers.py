@@ -240,7 +240,8 @@ class Model(torch.nn.Module):
     assert set(zero) == {"self.running", "self.kv[*]", "self.w", "self.bare", "a", "c"}
     assert "requires_grad" in zero["self.w"].hazard and not zero["self.w"].safe_to_rewrite
     assert not zero["self.bare"].fixable and not zero["self.bare"].safe_to_rewrite  # `from torch import zeros`
-    assert zero["self.running"].safe_to_rewrite
+    # nothing in the module writes these buffers, so their zeros may be what readers see
+    assert "no write" in zero["self.running"].hazard and not zero["self.running"].safe_to_rewrite
 
 
 def test_keys_are_unique_and_survive_unrelated_edits():

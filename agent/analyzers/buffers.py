@@ -2,8 +2,8 @@
 
 Every zero-filled allocation bound inside a function is reported (flow.py finds them). One
 reached by a write that relies on its initial contents (flow.py: skipped prefix,
-accumulation, sparse write) keeps its finding but gets a `hazard` and
-`safe_to_rewrite=False`; the write itself is reported as buffer-prefix-zero, and called a
+accumulation, sparse write), or reached by no write at all in the module, keeps its finding
+but gets a `hazard` and `safe_to_rewrite=False`; the write itself is reported as buffer-prefix-zero, and called a
 likely bug when the buffer it reaches is already uninitialised (`torch.empty`).
 """
 
@@ -27,15 +27,20 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
     """zero-init-buffer findings (keys made unique in source order) with the call each one rewrites."""
     facts = facts or collect(ctx)
     hazards: dict[int, list[str]] = defaultdict(list)
+    written: set[int] = set()
     for i, alloc_indices in facts.links.items():
         for j in alloc_indices:
-            hazards[j].append(_hazard_text(ctx, facts.writes[i]))
+            written.add(j)
+            if facts.writes[i].kind in _REASONS:
+                hazards[j].append(_hazard_text(ctx, facts.writes[i]))
     out: list[tuple[Finding, Alloc]] = []
     seen: dict[str, int] = defaultdict(int)
     for j, a in enumerate(facts.allocs):
         if not a.factory.zero or a.function is None:
             continue  # module-level allocations run once; only buffers inside functions are reported
         found = list(hazards[j])
+        if j not in written:
+            found.append("no write to it was found in this module: whoever reads it may rely on its zeros")
         if a.factory.grad:
             found.append("requires_grad=True: a leaf tensor whose initial zeros are its value")
         empty = f"{a.factory.name.rsplit('.', 1)[0]}.{a.factory.new_attr}" if a.factory.new_attr else "torch.empty"
@@ -67,7 +72,7 @@ class BufferRule(FlowVisitor):
         if PREFIX_ZERO in self.rules:
             for i, w in enumerate(facts.writes):
                 linked = [facts.allocs[j] for j in facts.links.get(i, [])]
-                if linked or w.kind == "prefix":
+                if w.kind in _REASONS and (linked or w.kind == "prefix"):
                     found.append(_write_finding(self.ctx, w, linked))
         return found
 

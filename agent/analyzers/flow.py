@@ -6,9 +6,10 @@ One pass over a module, in source order, records:
   constructor keyword (`Meta(x=torch.zeros(...))`) or `register_buffer`;
 * alias edges between storage names (`cu = self.meta["cu"]`, `md.cu = bufs["cu"][:bs+1]`,
   `self.graphs[bs] = md`);
-* writes that read or keep the initial contents: slices skipping leading elements
-  (`buf[1:n+1].copy_(...)`, `out=buf[1:]`), accumulation (`+=`, `add_`, ...) and sparse
-  writes (`index_put_`, `masked_fill_`, `buf[index_tensor] = v`, ...).
+* writes: plain ones (`copy_`, `fill_`, stores, `out=`, and buffers handed to code it
+  cannot see, such as a kernel launch) and those that read or keep the initial contents:
+  slices skipping leading elements (`buf[1:n+1].copy_(...)`, `out=buf[1:]`), accumulation
+  (`+=`, `add_`, ...) and sparse writes (`index_put_`, `masked_fill_`, `buf[idx_tensor] = v`).
 
 Aliases rooted at locals are flow-sensitive (the latest assignment in source order wins),
 so `md.cu_seqlens_k` means whichever buffer it was last bound to, even when one local is
@@ -28,15 +29,14 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
+from .facts import returns_tensor
 from .factories import Factory, classify
 from .refs import Ref, key_element, overlaps, path_of, resolve, write_target
-from .tensors import TensorVisitor
+from .tensors import TENSOR_METHODS, TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
 _CONVERSIONS = frozenset({"to", "cuda", "int", "long", "float", "half", "bfloat16", "bool", "double",
                           "contiguous", "pin_memory", "clone"})
-_PURE_WRITES = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_",
-                          "exponential_", "geometric_", "log_normal_", "cauchy_"})
 _ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor_divide_", "addcmul_",
                           "addcdiv_", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_", "index_add_",
                           "scatter_add_", "scatter_reduce_", "index_reduce_", "lerp_", "clamp_", "clamp_min_",
@@ -44,6 +44,10 @@ _ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor
                           "cumprod_", "relu_", "sigmoid_", "tanh_", "sign_", "logical_or_", "logical_and_",
                           "bitwise_or_", "bitwise_and_", "bitwise_xor_", "maximum_", "minimum_", "fmax_", "fmin_"})
 _SPARSE_WRITES = frozenset({"index_put_", "masked_fill_", "masked_scatter_", "index_fill_", "index_copy_", "scatter_"})
+_READ_ONLY_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "repr", "print", "max", "min", "sum", "abs",
+                                 "round", "isinstance", "type", "id", "list", "tuple", "dict", "set", "range",
+                                 "enumerate", "zip", "sorted", "reversed", "any", "all", "getattr", "hasattr",
+                                 "super", "iter", "next", "hash", "format"})
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,9 @@ class Alloc:
 
 @dataclass(frozen=True)
 class Write:
-    """A write that depends on what the buffer held before it."""
+    """A write into some storage; all but "write" depend on what the buffer held before."""
 
-    kind: str            # "prefix" | "accumulate" | "sparse"
+    kind: str            # "write" (plain), or relying on old contents: "prefix" | "accumulate" | "sparse"
     node: cst.CSTNode    # the statement or call that writes
     target: str          # canonical text of what it writes into, used in keys
     ref: Ref | None
@@ -300,12 +304,15 @@ class FlowVisitor(TensorVisitor):
             return
         if isinstance(target, cst.Subscript) and not (len(target.slice) == 1 and string_key(target.slice[0].slice)):
             ref, skips = self.target(target)
+            tensor_store = (any(isinstance(el.slice, cst.Slice) for el in target.slice)
+                            or self._is_buffer(target.value) or self.likely_tensor(target.value))
             if skips:
                 self._record("prefix", target, target, ref, skips)
             elif any(isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in target.slice):
                 self._record("sparse", target, target, ref, [])  # buf[idx] = v: a scatter through an index tensor
-            if (any(isinstance(el.slice, cst.Slice) for el in target.slice) or self._is_buffer(target.value)
-                    or self.likely_tensor(target.value)):
+            elif tensor_store:
+                self._record("write", target, target, ref, [])
+            if tensor_store:
                 return  # a store into a tensor copies the value: a zeros temporary here is read
         target_ref = self.bound_path(target)
         if value_ref is not None:
@@ -365,19 +372,42 @@ class FlowVisitor(TensorVisitor):
             if method == "register_buffer":
                 self._register_buffer(node, receiver)
             elif method in _ACCUMULATES or (method == "index_put_" and _accumulate_kw(node)):
-                self._write("accumulate", node, receiver)
+                self._write(node, receiver, "accumulate")
             elif method in _SPARSE_WRITES:
-                self._write("sparse", node, receiver)
-            elif method in _PURE_WRITES:
-                self._write("prefix", node, receiver, only_if_skips=True)
+                self._write(node, receiver, "sparse")
+            elif method.endswith("_") and not method.startswith("_"):  # copy_, fill_, zero_, normal_, ...
+                self._write(node, receiver)
         out = kwarg(node, "out")
         if out is not None:
-            self._write("prefix", node, out.value, only_if_skips=True)
+            self._write(node, out.value)
+        self._argument_writes(node)
 
-    def _write(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, only_if_skips: bool = False) -> None:
+    def _write(self, node: cst.CSTNode, target: cst.BaseExpression, kind: str | None = None) -> None:
+        """Record a write; a plain one is a "prefix" write when it skips leading elements."""
         ref, skips = self.target(target)
-        if skips or not only_if_skips:
-            self._record(kind, node, target, ref, skips)
+        self._record(kind or ("prefix" if skips else "write"), node, target, ref, skips)
+
+    def _argument_writes(self, call: cst.Call) -> None:
+        """Buffers handed to code we cannot see (a kernel launch, a custom op) may be written there.
+
+        Reads are assumed for torch functions, tensor methods and builtins; calls to functions
+        of this module are followed through their parameters instead (`_bind_arguments`).
+        """
+        func = call.func
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        if name in _READ_ONLY_BUILTINS or name[:1].isupper() or returns_tensor(self.ctx.qualified(func)):
+            return  # builtins, constructors (they store references), torch ops
+        if isinstance(func, cst.Name) and name in self.ctx.facts.defs:
+            return
+        if isinstance(func, cst.Attribute):
+            own = isinstance(func.value, cst.Name) and func.value.value in ("self", "cls") and name in self.ctx.facts.defs
+            if own or name.endswith("_") or name in TENSOR_METHODS or self.likely_tensor(func.value):
+                return  # this module's methods are followed; tensor methods read their arguments
+        for arg in call.args:
+            if arg.keyword is None or arg.keyword.value != "out":
+                ref, skips = self.target(arg.value)
+                if ref is not None and not skips:
+                    self._record("write", call, arg.value, ref, [])
 
     def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
                 skips: list[str]) -> None:

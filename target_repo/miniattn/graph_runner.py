@@ -148,10 +148,16 @@ class GraphRunner:
         def run_once() -> torch.Tensor:
             return self.model.forward(forward_batch)
 
-        for _ in range(self.num_warmup):
-            if self.use_cuda_graph:
-                torch.cuda.synchronize()
-            out = run_once()
+        if self.use_cuda_graph:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(self.num_warmup):
+                    out = run_once()
+            torch.cuda.current_stream().wait_stream(stream)
+        else:
+            for _ in range(self.num_warmup):
+                out = run_once()
         self.warmup_outputs[bs] = out.clone()
 
         if self.use_cuda_graph:
