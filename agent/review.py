@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from decimal import Decimal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 

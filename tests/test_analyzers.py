@@ -244,6 +244,33 @@ class Model(torch.nn.Module):
     assert "no write" in zero["self.running"].hazard and not zero["self.running"].safe_to_rewrite
 
 
+def test_unwritten_buffers_and_reads_during_setup_are_hazards():
+    source = '''\
+import torch
+
+
+class Runner:
+    def __init__(self, n):
+        self.idx = torch.zeros(n, dtype=torch.long)
+        self.out = torch.zeros(n)
+        self.table = torch.zeros(n)
+        self.capture(n)
+
+    def capture(self, n):
+        self.batch = Batch(indices=self.idx[:n])  # captured with the padding index 0
+        self.out.fill_(0.5)
+
+    def replay(self, idx):
+        self.idx.copy_(idx)
+        return self.table[idx] + self.out
+'''
+    zero = {f.key.split("::")[-1]: f for f in analyze_source(source, "r.py", rules={"zero-init-buffer"})}
+    assert "read by `capture`, which `__init__` calls" in zero["self.idx"].hazard
+    assert "r.py:12" in zero["self.idx"].hazard
+    assert "no write" in zero["self.table"].hazard
+    assert zero["self.out"].safe_to_rewrite
+
+
 def test_keys_are_unique_and_survive_unrelated_edits():
     source = "import torch\n\ndef f(n):\n    x = torch.zeros(n)\n    x = torch.zeros(2 * n)\n    return x\n"
     keys = [f.key for f in analyze_source(source, "k.py", rules={"zero-init-buffer"})]
@@ -316,7 +343,8 @@ def make(n, x):
     return a, b, c, d, e, g, h, i
 '''
     findings = analyze_source(source, rules={"zero-init-buffer"})
-    assert len(findings) == 8 and all(f.safe_to_rewrite for f in findings)
+    # returned unwritten, so each carries the "no write" hazard; the rewrite is still offered
+    assert len(findings) == 8 and all(f.fixable and "no write" in f.hazard for f in findings)
     new = apply_rewrites(source, findings)
     assert "fill_value" not in new and "th.full" not in new and "th.zeros" not in new
     assert "    c = th.empty(\n        (n,),\n        dtype=th.bool,\n    )\n" in new

@@ -334,3 +334,17 @@ def test_uncovered_lines_are_listed_compactly():
     from agent.checks.render import compact_lines
 
     assert compact_lines(["a.py:3", "a.py:4", "a.py:5", "a.py:9", "b.py:1"]) == "a.py:3-5,9; b.py:1"
+
+
+@pytest.mark.slow
+def test_check_command_bare_json_prints_only_the_evaluation(tmp_path, capsys):
+    from agent.cli import main
+
+    task, src = make_task(tmp_path, correctness=TESTS.replace("tests", "tests -k spin"), poison=False)
+    patch = tmp_path / "p.diff"
+    patch.write_text(make_patch(src, tmp_path, {"pkg/work.py": ("x += i", "x = x + i")}))
+    code = main(["check", str(tmp_path / "task.toml"), "--patch", str(patch), "--no-perf", "--json",
+                 "--lock-dir", str(tmp_path / "locks")])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["verdict"] == "pass" and data["perf"] is None
+    assert data["coverage"]["covered"] == ["pkg/work.py:7"] and data["diff_stats"]["insertions"] == 1

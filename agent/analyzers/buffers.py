@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from .context import ModuleContext, shorten
+from .facts import reachable
 from .flow import Alloc, BufferFacts, FlowVisitor, Write, collect
 from .model import PREFIX_ZERO, ZERO_INIT, Finding
 
@@ -27,10 +28,10 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
     """zero-init-buffer findings (keys made unique in source order) with the call each one rewrites."""
     facts = facts or collect(ctx)
     hazards: dict[int, list[str]] = defaultdict(list)
-    written: set[int] = set()
+    uses: dict[int, list[Write]] = defaultdict(list)
     for i, alloc_indices in facts.links.items():
         for j in alloc_indices:
-            written.add(j)
+            uses[j].append(facts.writes[i])
             if facts.writes[i].kind in _REASONS:
                 hazards[j].append(_hazard_text(ctx, facts.writes[i]))
     out: list[tuple[Finding, Alloc]] = []
@@ -38,9 +39,7 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
     for j, a in enumerate(facts.allocs):
         if not a.factory.zero or a.function is None:
             continue  # module-level allocations run once; only buffers inside functions are reported
-        found = list(hazards[j])
-        if j not in written:
-            found.append("no write to it was found in this module: whoever reads it may rely on its zeros")
+        found = list(hazards[j]) + _unwritten(ctx, a, uses[j])
         if a.factory.grad:
             found.append("requires_grad=True: a leaf tensor whose initial zeros are its value")
         empty = f"{a.factory.name.rsplit('.', 1)[0]}.{a.factory.new_attr}" if a.factory.new_attr else "torch.empty"
@@ -92,6 +91,23 @@ def _write_finding(ctx: ModuleContext, w: Write, linked: list[Alloc]) -> Finding
                 parts.append(f"but `{a.target}` is uninitialised `{a.factory.name}` (line {line}): it reads garbage")
         message = f"`{code}` {reason}; " + "; ".join(parts)
     return ctx.finding(PREFIX_ZERO, w.node, message, w.function, w.target)
+
+
+def _unwritten(ctx: ModuleContext, a: Alloc, uses: list[Write]) -> list[str]:
+    """Reads nothing writes first: no write anywhere in the module, or a read in the setup
+    chain that allocates it (`__init__` -> `capture` -> reads) with no write in that chain."""
+    writes = [w for w in uses if w.kind != "read"]
+    if not writes:
+        return ["no write to it was found in this module: whoever reads it may rely on its zeros"]
+    chain = reachable(ctx.facts.calls, [a.function]) if a.function else frozenset()
+    if any(w.function in chain for w in writes):
+        return []
+    early = [w for w in uses if w.kind == "read" and w.function in chain and w.function != a.function]
+    if not early:
+        return []
+    w = early[0]
+    return [f"read by `{w.function}`, which `{a.function}` calls, before anything in that call chain writes it: "
+            f"`{shorten(ctx.code(w.node))}` at {ctx.path}:{ctx.start(w.node)[0]}"]
 
 
 def _hazard_text(ctx: ModuleContext, w: Write) -> str:

@@ -35,6 +35,7 @@ TENSOR_ONLY_ATTRS = frozenset({"device", "is_cuda", "item", "tolist", "numel", "
 class ModuleFacts:
     imports: Mapping[str, str]                        # local name -> dotted module path
     per_step: frozenset[str]                          # names of per-step functions
+    calls: Mapping[str, frozenset[str]]               # function name -> this module's functions it calls
     defs: Mapping[str, list[tuple[str, list[str]]]]   # function name -> (scope id, parameter names)
     tensor_attrs: frozenset[str]                      # `self.page_table`, `self.meta["k"]`: assigned torch calls
     tensor_params: Mapping[int, frozenset[str]]       # id(FunctionDef) -> parameters used like tensors
@@ -67,17 +68,19 @@ def collect_facts(module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange]
         fn: frozenset(name for name, call in uses if call is None or is_tensor_call(call)) & raw.params[fn]
         for fn, uses in raw.uses.items()
     }
-    return ModuleFacts(imports=imports, per_step=_reachable(raw.calls, per_step_re), defs=dict(raw.defs),
+    calls = {name: frozenset(c for c in callees if c in raw.calls) for name, callees in raw.calls.items()}
+    return ModuleFacts(imports=imports, per_step=reachable(calls, [n for n in calls if per_step_re.search(n)]),
+                       calls=calls, defs=dict(raw.defs),
                        tensor_attrs=tensor_attrs, tensor_params=tensor_params)
 
 
-def _reachable(calls: Mapping[str, set[str]], pattern: re.Pattern[str]) -> frozenset[str]:
-    """Functions matching `pattern`, plus every module function they call, transitively."""
-    todo = [name for name in calls if pattern.search(name)]
+def reachable(calls: Mapping[str, frozenset[str]], start: list[str]) -> frozenset[str]:
+    """`start` plus every module function they call, transitively."""
+    todo = list(start)
     found = set(todo)
     while todo:
         for callee in calls.get(todo.pop(), ()):
-            if callee in calls and callee not in found:
+            if callee not in found:
                 found.add(callee)
                 todo.append(callee)
     return frozenset(found)

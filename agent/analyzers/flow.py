@@ -63,9 +63,10 @@ class Alloc:
 
 @dataclass(frozen=True)
 class Write:
-    """A write into some storage; all but "write" depend on what the buffer held before."""
+    """A use of some storage: a read (as a call argument), a plain write, or a write that
+    depends on what the buffer held before ("prefix", "accumulate", "sparse")."""
 
-    kind: str            # "write" (plain), or relying on old contents: "prefix" | "accumulate" | "sparse"
+    kind: str            # "read", "write" (plain), or relying on old contents: "prefix" | "accumulate" | "sparse"
     node: cst.CSTNode    # the statement or call that writes
     target: str          # canonical text of what it writes into, used in keys
     ref: Ref | None
@@ -380,34 +381,31 @@ class FlowVisitor(TensorVisitor):
         out = kwarg(node, "out")
         if out is not None:
             self._write(node, out.value)
-        self._argument_writes(node)
+        self._argument_uses(node)
 
     def _write(self, node: cst.CSTNode, target: cst.BaseExpression, kind: str | None = None) -> None:
         """Record a write; a plain one is a "prefix" write when it skips leading elements."""
         ref, skips = self.target(target)
         self._record(kind or ("prefix" if skips else "write"), node, target, ref, skips)
 
-    def _argument_writes(self, call: cst.Call) -> None:
-        """Buffers handed to code we cannot see (a kernel launch, a custom op) may be written there.
-
-        Reads are assumed for torch functions, tensor methods and builtins; calls to functions
-        of this module are followed through their parameters instead (`_bind_arguments`).
+    def _argument_uses(self, call: cst.Call) -> None:
+        """Buffers passed to a call: read by torch ops, tensor methods, builtins and constructors;
+        possibly written by code we cannot see (a kernel launch, a custom op). Calls to this
+        module's own functions are followed through their parameters instead (`_bind_arguments`).
         """
         func = call.func
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        if name in _READ_ONLY_BUILTINS or name[:1].isupper() or returns_tensor(self.ctx.qualified(func)):
-            return  # builtins, constructors (they store references), torch ops
-        if isinstance(func, cst.Name) and name in self.ctx.facts.defs:
+        if name in self.ctx.facts.defs and (isinstance(func, cst.Name) or (
+                isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"))):  # type: ignore[union-attr]
             return
-        if isinstance(func, cst.Attribute):
-            own = isinstance(func.value, cst.Name) and func.value.value in ("self", "cls") and name in self.ctx.facts.defs
-            if own or name.endswith("_") or name in TENSOR_METHODS or self.likely_tensor(func.value):
-                return  # this module's methods are followed; tensor methods read their arguments
+        reads = (name in _READ_ONLY_BUILTINS or name[:1].isupper() or returns_tensor(self.ctx.qualified(func))
+                 or (isinstance(func, cst.Attribute) and (name.endswith("_") or name in TENSOR_METHODS
+                                                          or self.likely_tensor(func.value))))
         for arg in call.args:
             if arg.keyword is None or arg.keyword.value != "out":
                 ref, skips = self.target(arg.value)
-                if ref is not None and not skips:
-                    self._record("write", call, arg.value, ref, [])
+                if ref is not None and (reads or not skips):
+                    self._record("read" if reads else "write", call, arg.value, ref, [])
 
     def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
                 skips: list[str]) -> None:
