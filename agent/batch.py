@@ -136,7 +136,8 @@ def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], c
     write_json(run_dir / PLAN, {
         "run_id": cfg.run_id, "source": cfg.source or old.get("source"),
         "models": list(dict.fromkeys([*old.get("models", []), *models])),
-        "samples": max(samples, old.get("samples", 0)), "created": old.get("created", time.time()),
+        "samples": max(samples, old.get("samples", 0)), "run_args": list(cfg.run_args),
+        "created": old.get("created", time.time()),
         "jobs": sorted(entries.values(), key=lambda j: j["key"])})
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 Status = Literal["done", "failed", "skipped"]
 LEDGER = "batch.jsonl"
+OFFLINE_MODELS = {"rules", "replay"}  # as agent.loop.OFFLINE_MODELS, without importing the SDKs
 
 
 class Tokens(BaseModel):
@@ -108,11 +109,14 @@ def figures_from_report(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_retryable(report: dict[str, Any]) -> str | None:
-    """Why a written report still counts as a failed job (a model/API error, not the agent's choice), else None."""
+    """Why a written report still counts as a failed job, else None: a provider's API failed
+    mid-run, which a retry may not meet again. Offline models (rules, replay; see
+    loop.OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
     result = str(report.get("result") or "")
-    if report.get("subtype") == "error_during_execution" and result.startswith("model error"):
-        return result
-    return None
+    if report.get("subtype") != "error_during_execution" or not result.startswith("model error"):
+        return None
+    used = set(report.get("modelUsage") or {})
+    return None if used and used <= OFFLINE_MODELS else result
 
 
 def commands_seconds(job_dir: Path) -> float:

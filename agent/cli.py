@@ -185,12 +185,12 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     if not source:
         raise UserError("name a task set: a task-set file or a directory of tasks")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else plan.get("models", ["rules"])
+    flags = run_flags(base_url=args.base_url, stream=args.stream, max_turns=args.max_turns, max_cost=args.max_cost,
+                      timeout=args.timeout, prices=args.prices) or tuple(plan.get("run_args", ()))
     cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers, executor=args.executor,
                       gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None,
                       resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
-                      source=str(Path(source).resolve()),
-                      run_args=run_flags(base_url=args.base_url, stream=args.stream, max_turns=args.max_turns,
-                                         max_cost=args.max_cost, timeout=args.timeout, prices=args.prices))
+                      source=str(Path(source).resolve()), run_args=flags)
     try:
         result = run_batch(load_tasks(source), models, args.samples or plan.get("samples", 1), cfg)
     except BatchError as e:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from agent.batch import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
-from agent.batch_records import JobRecord, Ledger, Tokens
+from agent.batch_records import JobRecord, Ledger, Tokens, is_retryable
 from agent.batch_summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
                                  summarize_run, summary_markdown, summary_tables)
 from agent.cli import main
-from agent.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor
+from agent.executors import GpuPool, LaunchConfig, LocalExecutor
 from conftest import make_repo
 
 # -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
@@ -75,7 +75,7 @@ def build_project(root: Path) -> tuple[Path, Path, dict[str, str]]:
     models = {
         "good": trajectory(root / "good.jsonl", [edit("4.0")], [call("submit", summary="cheaper")]),
         "bad": trajectory(root / "bad.jsonl", [edit("-1.0")], [call("submit", summary="x")], [call("submit", summary="x")]),
-        "slow": trajectory(root / "slow.jsonl", [call("run", command="sleep 2")], [edit("4.0")],
+        "slow": trajectory(root / "slow.jsonl", [call("run", command="sleep 4")], [edit("4.0")],
                            [call("submit", summary="cheaper")]),
         "gpu": trajectory(root / "gpu.jsonl", [call("run", command="echo DEVICE=$CUDA_VISIBLE_DEVICES")],
                           [edit("4.0")], [call("submit", summary="cheaper")]),
@@ -192,6 +192,14 @@ def test_ledger_append_and_torn_line(tmp_path):
     assert all(r.finished_at > 0 for r in ledger.lines())
 
 
+def test_only_a_providers_api_error_is_a_failed_job():
+    api_down = {"subtype": "error_during_execution", "result": "model error: overloaded", "modelUsage": {}}
+    assert is_retryable(api_down) == "model error: overloaded"
+    replay_ran_out = {**api_down, "modelUsage": {"replay": {}}}  # deterministic: retrying changes nothing
+    assert is_retryable(replay_ran_out) is None
+    assert is_retryable({"subtype": "error_max_turns", "result": "stopped"}) is None
+
+
 def test_gpu_pool_spreads_jobs():
     pool = GpuPool(["0", "1"])
     got = [pool.acquire() for _ in range(4)]
@@ -295,6 +303,18 @@ def test_local_batch_end_to_end(e2e, capsys):
     assert s["jobs_per_minute"] > 0 and (run_dir / "summary.md").read_text().startswith("# batch e2e")
 
 
+def group_alive(pgid: int) -> bool:
+    """A live (not zombie) process in the group; zombies are dead, whoever reaps them."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_gives_one_result_per_job(project):
     root, tasks, models = project
@@ -308,8 +328,15 @@ def test_kill_9_then_resume_gives_one_result_per_job(project):
         assert proc.poll() is None, proc.stderr.read().decode()
         assert time.monotonic() < deadline, "no job finished in 60 s"
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.kill(proc.pid, signal.SIGKILL)  # the batch alone: its fork server and job processes must follow
     proc.wait()
+    deadline = time.monotonic() + 2  # well before the job in flight (sleep 4) could end by itself
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = group_alive(proc.pid)
+    if orphans:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not orphans, "job processes outlived the killed batch"
     before = {line["key"]: line for line in ledger_lines(run_dir)}
     assert 1 <= len(before) < 4, "the batch was not interrupted halfway"
     uuids = {k: json.loads((root / "out" / r["report"]).read_text())["uuid"] for k, r in before.items()}

@@ -212,8 +212,10 @@ class Checker:
         device = ev.environment.device or "cpu"
         result = PerfResult(metric=spec.metric, direction=spec.direction, min_effect=spec.min_effect, seed=seed,
                             device=device)
-        start = time.monotonic()
+        asked = time.monotonic()
         with device_lock(device, self.lock_dir, self.log):
+            start = time.monotonic()
+            result.lock_wait_s = round(start - asked, 2)
             try:
                 samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log)
             except BenchError as e:

@@ -83,7 +83,8 @@ class PerfResult(BaseModel):
     precise: bool = False  # interval narrower than min_effect when sampling stopped
     seed: int = 0
     device: str = "cpu"
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # sampling only
+    lock_wait_s: float = 0.0  # waiting for another measurement on the same device
     error: str | None = None  # the bench failed or did not print the metric
     error_side: str | None = None  # "baseline", "candidate" or "reference"
 

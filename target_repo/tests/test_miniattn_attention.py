@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from miniattn.ops import HAS_FLASH_ATTN, flash_attn_with_kvcache
 from miniattn_world import EAGER_MODES, GRAPH_MODES, World
 
 
@@ -48,3 +49,22 @@ def test_graph_matches_eager(mode):
     eager_out = world.model.forward(step.batch)
     check(mode, 3, graph_out, step.reference)
     torch.testing.assert_close(graph_out, eager_out, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and HAS_FLASH_ATTN), reason="needs CUDA and flash-attn")
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_matches_torch_fallback(causal, monkeypatch):
+    torch.manual_seed(0)
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    page_size, pages, bs = 4, 32, 3
+    k_cache = torch.randn(pages, page_size, 2, 64, device=dev, dtype=dtype)
+    v_cache = torch.randn(pages, page_size, 2, 64, device=dev, dtype=dtype)
+    page_table = torch.randperm(pages - 1, device=dev)[: bs * 8].view(bs, 8).to(torch.int32) + 1
+    seqlens = torch.tensor([5, 17, 32], dtype=torch.int32, device=dev)
+    cu_q = torch.tensor([0, 1, 4, 6], dtype=torch.int32, device=dev)
+    q = torch.randn(6, 4, 64, device=dev, dtype=dtype)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal, return_softmax_lse=True)
+    monkeypatch.setenv("MINIATTN_DISABLE_FLASH", "1")
+    ref, ref_lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal, return_softmax_lse=True)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-2, atol=1e-2)

@@ -38,6 +38,7 @@ def main() -> None:
             "metric": f"check_{'quick' if quick else 'full'}_s", "value": round(wall, 1), "unit": "s", "task": task.id,
             "verdict": ev.verdict, "perf_verdict": p and p.verdict, "ratio": p and p.ratio, "ci": p and [p.ci_low, p.ci_high],
             "p_value": p and p.p_value, "pairs": p and p.n_pairs, "perf_s": p and p.duration_s,
+            "lock_wait_s": p and p.lock_wait_s,
             "tests_s": ev.correctness and max(ev.correctness.plain.duration_s,
                                               ev.correctness.poison.duration_s if ev.correctness.poison else 0),
             "reference_speedup": ev.reference and ev.reference.speedup,
