@@ -120,19 +120,36 @@ def is_retryable(report: dict[str, Any]) -> str | None:
 
 
 def commands_seconds(job_dir: Path) -> float:
-    """Time spent in the target's commands: every grading (checks.json) plus the agent's `run` calls."""
+    """Time spent in the target's commands: every grading (checks.json, plus the final one when
+    the runner made it after the loop) and the agent's `run` calls."""
     total = 0.0
+    graded: list[dict] = []
     checks = job_dir / "checks.json"
     if checks.is_file():
         try:
-            for entry in json.loads(checks.read_text(encoding="utf-8")):
-                total += float((entry.get("evaluation") or {}).get("duration_s") or 0)
-        except (ValueError, TypeError, AttributeError):
-            pass
+            graded = [e for e in json.loads(checks.read_text(encoding="utf-8")) if isinstance(e, dict)]
+        except ValueError:
+            graded = []
+    total += sum(_seconds(e.get("evaluation")) for e in graded)
+    try:
+        final = json.loads((job_dir / "report.json").read_text(encoding="utf-8")).get("evaluation")
+    except (OSError, ValueError, AttributeError):
+        final = None
+    if isinstance(final, dict):
+        bare = {k: v for k, v in final.items() if k not in ("emitted", "warnings")}
+        if not any(e.get("full") and e.get("evaluation") == bare for e in graded):
+            total += _seconds(final)
     for rec in _jsonl(job_dir / "trajectory.jsonl"):
         if rec.get("type") == "tool_result" and rec.get("name") == "run":
             total += float(rec.get("duration_s") or 0)
     return total
+
+
+def _seconds(evaluation: Any) -> float:
+    try:
+        return float((evaluation or {}).get("duration_s") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
 
 
 def _jsonl(path: Path) -> Iterator[dict]:

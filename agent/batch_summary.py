@@ -210,7 +210,8 @@ def load_records(run_dir: Path) -> list[JobRecord]:
     for r in records:
         report = _read_json(out_dir / r.report) if r.report else None
         if report is not None:
-            r = r.model_copy(update=figures_from_report(report))
+            r = r.model_copy(update={**figures_from_report(report),
+                                     "commands_s": commands_seconds((out_dir / r.report).parent)})
         fresh.append(r)
     return fresh
 

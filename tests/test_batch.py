@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.batch import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
-from agent.batch_records import JobRecord, Ledger, Tokens, is_retryable
+from agent.batch_records import JobRecord, Ledger, Tokens, commands_seconds, is_retryable
 from agent.batch_summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
                                  summarize_run, summary_markdown, summary_tables)
 from agent.cli import main
@@ -198,6 +198,19 @@ def test_only_a_providers_api_error_is_a_failed_job():
     replay_ran_out = {**api_down, "modelUsage": {"replay": {}}}  # deterministic: retrying changes nothing
     assert is_retryable(replay_ran_out) is None
     assert is_retryable({"subtype": "error_max_turns", "result": "stopped"}) is None
+
+
+def test_commands_time_counts_each_grading_once(tmp_path):
+    graded = {"verdict": "pass", "duration_s": 5.0}
+    (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},
+                                                      {"full": True, "evaluation": graded}]))
+    (tmp_path / "trajectory.jsonl").write_text(json.dumps({"type": "tool_result", "name": "run", "duration_s": 1.5}) + "\n")
+    report = {"evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert commands_seconds(tmp_path) == 8.5  # the final evaluation is the logged full one
+    report["evaluation"]["duration_s"] = 30.0  # made after the loop: not in checks.json
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert commands_seconds(tmp_path) == 8.5 + 30.0
 
 
 def test_gpu_pool_spreads_jobs():
