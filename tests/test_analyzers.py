@@ -523,3 +523,36 @@ def test_unified_diff_of_a_single_rewrite_is_one_line():
         '-            "cache_seqlens": torch.zeros(max_bs, dtype=torch.int32, device=self.device),  # <zero:cache_seqlens>',
         '+            "cache_seqlens": torch.empty(max_bs, dtype=torch.int32, device=self.device),  # <zero:cache_seqlens>',
     ]
+
+
+# -- acceptance on the bundled target: every planted inefficiency is found, nothing in tests/ --------
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _removed_lines(diff: str) -> set[tuple[str, int]]:
+    """(path, old line number) of every line a unified diff removes."""
+    out, path, old = set(), None, 0
+    for line in diff.splitlines():
+        if line.startswith("--- "):
+            path = line[6:] if line.startswith("--- a/") else None
+        elif line.startswith("@@"):
+            old = int(re.match(r"@@ -(\d+)", line).group(1))
+        elif line.startswith("-") and not line.startswith("---"):
+            out.add((path, old))
+            old += 1
+        elif line.startswith(" "):
+            old += 1
+    return out
+
+
+def test_lint_finds_every_planted_inefficiency_in_target_repo():
+    target = PROJECT / "target_repo"
+    findings = analyze_paths([target], root=target)
+    assert not [f for f in findings if f.path.startswith("tests/")]
+    flagged = {(f.path, f.line) for f in findings}
+    patches = sorted((PROJECT / "tasks" / "reference").glob("*.diff"))
+    assert len(patches) >= 4
+    for patch in patches:
+        removed = _removed_lines(patch.read_text())
+        assert removed & flagged, f"no lint finding on any line {patch.name} rewrites"

@@ -1,3 +1,5 @@
+import zlib
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ def check(mode, bs, out, ref):
 @pytest.mark.parametrize("page_size", [1, 4], ids=lambda p: f"page{p}")
 @pytest.mark.parametrize("mode", EAGER_MODES)
 def test_eager(mode, page_size):
-    world = World(mode, page_size=page_size, seed=hash((mode, page_size)) % 1000)
+    world = World(mode, page_size=page_size, seed=zlib.crc32(f"{mode}-{page_size}".encode()) % 1000)
     for bs in (1, 3):
         step = world.make_step(bs)
         world.backend.init_forward_metadata(step.batch)
