@@ -125,6 +125,7 @@ def run_loop(
     messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": task.spec.prompt.strip()}]}]
     trajectory.add("start", task=task.id, model=model.name, system=system, tools=tools.schemas, limits=limits.__dict__)
     warned_unpriced: set[str] = set()
+    idle = False  # the previous reply made no tool call
 
     while True:
         if out.num_turns >= limits.max_turns:
@@ -147,10 +148,14 @@ def run_loop(
         messages.append({"role": "assistant", "content": _assistant_blocks(reply)})
 
         if not reply.tool_calls:
+            out.result = reply.text or out.result
+            if idle:  # nudged once already: the model is done talking
+                break
+            idle = True
             messages.append({"role": "user", "content": [{"type": "text", "text":
                              "Use the tools to work on the task; call `submit` when you are done."}]})
-            out.result = reply.text
         else:
+            idle = False
             results, done = _run_tools(reply, tools, trajectory, out, grade_submission, limits, on_event)
             messages.append({"role": "user", "content": results})
             if done:

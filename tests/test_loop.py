@@ -67,7 +67,7 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     task, ws, tmp = setup
     fake_server.script(session_script())
     url = fake_server.url if provider == "anthropic" else fake_server.openai_url
-    model = make_model(f"{provider}:claude-sonnet-4-5" if provider == "anthropic" else "openai:gpt-4o", base_url=url, stream=stream)
+    model = make_model(f"{provider}:claude-sonnet-4-6" if provider == "anthropic" else "openai:gpt-4o", base_url=url, stream=stream)
     tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda perf: "checks: pass")
     traj = Trajectory(tmp / "trajectory.jsonl")
     out = run_loop(task, model, tools, limits=Limits.of(task), prices=load_prices(),
@@ -96,7 +96,7 @@ def test_failed_submit_continues_then_passes(setup, fake_server):
         reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty")),
         reply("", tool_call("submit", summary="fixed")),
     ])
-    model = make_model("anthropic:claude-sonnet-4-5", base_url=fake_server.url)
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=Trajectory(None))
     assert out.subtype == "success" and out.num_turns == 3 and out.result == "fixed"
@@ -107,7 +107,7 @@ def test_failed_submit_continues_then_passes(setup, fake_server):
 def test_max_turns_stop(setup, fake_server):
     task, ws, tmp = setup
     fake_server.script([reply("", tool_call("list_files"))] * 3)
-    model = make_model("anthropic:claude-sonnet-4-5", base_url=fake_server.url)
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task, max_turns=3), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=Trajectory(None))
     assert out.subtype == "error_max_turns" and out.is_error and out.num_turns == 3
@@ -117,7 +117,7 @@ def test_budget_stop(setup, fake_server):
     task, ws, tmp = setup
     big = {"input_tokens": 200_000, "output_tokens": 10_000}  # $0.75 a turn at Sonnet prices
     fake_server.script([reply("", tool_call("list_files"), usage=big)] * 5)
-    model = make_model("anthropic:claude-sonnet-4-5", base_url=fake_server.url)
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=Trajectory(None))
     assert out.subtype == "error_max_budget" and out.num_turns == 2
@@ -155,7 +155,7 @@ def test_unknown_model_price_is_null_with_warning(setup, fake_server):
 def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
     task, ws, tmp = setup
     fake_server.script(session_script())
-    model = make_model("anthropic:claude-sonnet-4-5", base_url=fake_server.url)
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     traj = Trajectory(tmp / "recorded.jsonl")
     run_loop(task, model, Toolbox(ws, run_checks=lambda perf: "ok"), limits=Limits.of(task), prices=load_prices(),
              grade_submission=grader(ws), trajectory=traj)
@@ -165,3 +165,13 @@ def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
     assert out.subtype == "success" and out.num_turns == 4
     assert fresh.diff() == ws.diff() != ""
     assert out.total_cost_usd == 0.0
+
+
+def test_a_model_that_stops_calling_tools_is_nudged_once_then_the_run_ends(setup, fake_server):
+    task, ws, tmp = setup
+    fake_server.script([reply("I think we are done."), reply("Really done.")])
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
+    out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
+                   grade_submission=grader(ws), trajectory=Trajectory(None))
+    assert out.num_turns == 2 and out.result == "Really done." and not out.submitted
+    assert "call `submit`" in json.dumps(fake_server.requests[1].body["messages"][-1])

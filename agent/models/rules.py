@@ -3,8 +3,9 @@
 It reads the focus files, proposes the analyzers' zeros -> empty rewrites, and lets the
 checks decide: a batch that fails the (poisoned) tests is split until every rejected edit
 is isolated with the failure it caused. What survives is kept only if it is measurably
-faster. The policy is written as a generator: each `yield` is one tool call, i.e. one turn,
-and receives that tool's result, so the trajectory reads like any other agent's.
+faster. The policy is written as a generator: each `yield` is one turn (a list of tool calls,
+as an LLM may make several at once) and receives their results, so the trajectory reads like
+any other agent's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .base import Reply, ToolCall, Usage
 
 RULES_MODEL_ID = "rules"
 CHUNK_LINES = 150
+CHUNKS_PER_TURN = 8
 _NUMBERED = re.compile(r"^\s*(\d+)  ?(.*)$")
 
 
@@ -58,7 +60,7 @@ def parse_checks(text: str) -> CheckVerdict:
     return CheckVerdict(passed, failure, faster, perf.group(1).strip() if perf else "")
 
 
-Script = Generator[ToolCall, ToolOutput, str]
+Script = Generator[list[ToolCall], list[ToolOutput], str]
 
 
 class RulesPolicy:
@@ -69,48 +71,45 @@ class RulesPolicy:
         self.name = "rules"
         self._ids = itertools.count(1)
         self._script = self._run()
-        self._pending: ToolCall | None = None
-        self._final_text = ""
+        self._started = False
 
     # -- the Model protocol ---------------------------------------------------------------
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
         try:
-            call = next(self._script) if self._pending is None else self._script.send(_last_result(messages))
+            calls = next(self._script) if not self._started else self._script.send(_last_results(messages))
         except StopIteration as stop:  # the script is over: nothing more to do
-            return Reply(stop.value or self._final_text, [], Usage(), 0.0, RULES_MODEL_ID, "end_turn", {})
-        self._pending = call
-        return Reply("", [call], Usage(), 0.0, RULES_MODEL_ID, "tool_use", {"policy": "rules"})
+            return Reply(stop.value or "", [], Usage(), 0.0, RULES_MODEL_ID, "end_turn", {})
+        self._started = True
+        return Reply("", calls, Usage(), 0.0, RULES_MODEL_ID, "tool_use", {"policy": "rules"})
 
     def _call(self, name: str, **args) -> ToolCall:
         return ToolCall(f"rules_{next(self._ids)}", name, args)
 
     # -- the script -----------------------------------------------------------------------
     def _run(self) -> Script:
-        listing = yield self._call("list_files", path=".")
-        sources: dict[str, str] = {}
-        for path in self._files(listing.content):
-            text = yield from self._read(path)
-            if text is not None:
-                sources[path] = text
+        (listing,) = yield [self._call("list_files", path=".")]
+        sources = yield from self._read(self._files(listing.content))
         findings = [f for path, src in sources.items() for f in analyze_source(src, path)]
         candidates = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
         others = [f for f in findings if f.rule != ZERO_INIT]
         if not candidates:
             summary = _summary([], others, "no rewrite the analyzers can propose safely here; no change made")
-            yield self._call("submit", summary=summary)
+            yield [self._call("submit", summary=summary)]
             return summary
 
         decisions: list[Decision] = []
         state = dict(sources)  # what the workspace holds now, per file
 
-        def apply(subset: list[Finding]) -> Script:
+        def apply(subset: list[Finding], perf: bool = False) -> Script:
+            """One turn: write the files that change, then run the checks."""
+            writes = []
             for path, original in sources.items():
                 new = apply_rewrites(original, [f for f in subset if f.path == path])
                 if new != state[path]:
-                    yield self._call("write_file", path=path, content=new)
+                    writes.append(self._call("write_file", path=path, content=new))
                     state[path] = new
-            out = yield self._call("run_checks", perf=False)
-            return parse_checks(out.content)
+            results = yield [*writes, self._call("run_checks", perf=perf)]
+            return parse_checks(results[-1].content)
 
         def search(edits: list[Finding], kept: list[Finding]) -> Script:
             """Largest passing subset of `edits` on top of `kept` (group testing by halving)."""
@@ -139,19 +138,18 @@ class RulesPolicy:
         decisions += [Decision(f, True, "passes the poisoned tests") for f in kept]
 
         if not kept:
-            yield from apply([])
             summary = _summary(decisions, others, "every candidate failed the checks; no change made")
         else:
-            yield from apply(kept)
-            out = yield self._call("run_checks")
-            verdict = parse_checks(out.content)
+            verdict = yield from apply(kept, perf=True)
             if verdict.passed and verdict.faster:
                 summary = _summary(decisions, others, f"kept {len(kept)} rewrite(s): {verdict.perf_line}")
             else:
-                yield from apply([])
+                kept = []
                 why = verdict.perf_line or verdict.failure
                 summary = _summary(decisions, others, f"reverted: the kept rewrites were not measurably faster ({why})")
-        yield self._call("submit", summary=summary)
+        reverts = [self._call("write_file", path=p, content=src) for p, src in sources.items()
+                   if not kept and state[p] != src]
+        yield [*reverts, self._call("submit", summary=summary)]
         return summary
 
     def _files(self, listing: str) -> list[str]:
@@ -161,25 +159,42 @@ class RulesPolicy:
         return [p for p in listing.splitlines() if p.endswith(".py") and not matches_any(p, self.task.spec.protected)
                 and not re.search(r"(^|/)(tests?/|test_|conftest\.py)", p)]
 
-    def _read(self, path: str) -> Generator[ToolCall, ToolOutput, str | None]:
-        """The file's text, read in numbered chunks (tool output is capped)."""
-        lines: list[str] = []
-        while True:
-            start = len(lines) + 1
-            out = yield self._call("read_file", path=path, start=start, end=start + CHUNK_LINES - 1)
-            if out.is_error:
-                return "\n".join(lines) + "\n" if lines else None
-            chunk = [m.group(2) for m in map(_NUMBERED.match, out.content.splitlines()) if m]
-            lines += chunk
-            if len(chunk) < CHUNK_LINES:
-                return "\n".join(lines) + "\n"
+    def _read(self, paths: list[str]) -> Generator[list[ToolCall], list[ToolOutput], dict[str, str]]:
+        """Each file's text, read in numbered chunks (tool output is capped), many chunks a turn."""
+        lines: dict[str, list[str]] = {p: [] for p in paths}
+        open_paths, failed = list(paths), set()
+        while open_paths:
+            calls, owners = [], []
+            for p in open_paths:
+                for k in range(CHUNKS_PER_TURN):
+                    start = len(lines[p]) + k * CHUNK_LINES + 1
+                    calls.append(self._call("read_file", path=p, start=start, end=start + CHUNK_LINES - 1))
+                    owners.append(p)
+            results = yield calls
+            still_open = []
+            for p in open_paths:
+                chunks = [r for r, owner in zip(results, owners) if owner == p]
+                if chunks[0].is_error and not lines[p]:
+                    failed.add(p)
+                    continue
+                done = False
+                for r in chunks:
+                    got = [] if r.is_error else [m.group(2) for m in map(_NUMBERED.match, r.content.splitlines()) if m]
+                    lines[p] += got
+                    if len(got) < CHUNK_LINES:
+                        done = True
+                        break
+                if not done:
+                    still_open.append(p)
+            open_paths = still_open
+        return {p: "\n".join(ls) + "\n" for p, ls in lines.items() if p not in failed}
 
 
-def _last_result(messages: list[dict]) -> ToolOutput:
-    for block in reversed(messages[-1]["content"] if messages else []):
-        if block.get("type") == "tool_result":
-            return ToolOutput(str(block.get("content", "")), bool(block.get("is_error")))
-    return ToolOutput("", True)
+def _last_results(messages: list[dict]) -> list[ToolOutput]:
+    """The results of the previous turn's tool calls, in order."""
+    blocks = messages[-1]["content"] if messages else []
+    return [ToolOutput(str(b.get("content", "")), bool(b.get("is_error"))) for b in blocks
+            if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
 def _summary(decisions: list[Decision], others: list[Finding], headline: str) -> str:
