@@ -2,11 +2,13 @@
 
 A batch is a plan (results/<run-id>/batch.json: every job's key), a ledger (batch.jsonl:
 one line per finished job) and the jobs' own folders. Resuming = running the planned jobs
-that have no `done` line. Failed jobs (no report, or the model's API failed) are retried
-on resume, since their cause is usually transient; a done job is never run twice, and a
-skipped one gets no second line unless it can now run.
+that have no `done` line. Failed jobs (no report, or a provider's API failed mid-run) are
+retried on resume, since their cause is usually transient; a done job (any job that wrote a
+report, whatever the agent achieved) is never run twice, and a skipped one gets no second
+line unless it can now run.
 
-The statistics live in batch_summary.py (pure, reusable); the executors in executors.py.
+Statistics: batch_summary.py (pure, reusable). Job processes: executors.py (local pool,
+Ray) and batch_forkserver.py (warm forks). Ledger lines: batch_records.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import time
 from contextlib import contextmanager
@@ -203,7 +204,8 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
                         summary_json=js, summary_md=md)
 
 
-def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord], executor: Executor) -> tuple[list[JobSpec], list[JobRecord]]:
+def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
+          executor: Executor) -> tuple[list[JobSpec], list[JobRecord]]:
     """(jobs to run, new `skipped` records): done jobs are left alone; GPU tasks without a GPU are skipped."""
     need_gpu = any(j.requires_gpu for j in jobs)
     gpus = executor.gpu_count() if need_gpu else 0
@@ -220,9 +222,6 @@ def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord], executor: Execu
         todo.append(job)
     return todo, skips
 
-
-def default_workers() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
 
 
 def load_tasks(source: str | Path) -> list[Task]:
@@ -242,7 +241,8 @@ def load_tasks(source: str | Path) -> list[Task]:
 
 
 def run_flags(*, base_url: str | None = None, stream: bool = False, max_turns: int | None = None,
-              max_cost: float | None = None, timeout: float | None = None, prices: str | None = None) -> tuple[str, ...]:
+              max_cost: float | None = None, timeout: float | None = None,
+              prices: str | None = None) -> tuple[str, ...]:
     """The `perfagent run` flags every job of the batch gets."""
     flags: list[str] = []
     for name, value in (("--base-url", base_url), ("--max-turns", max_turns), ("--max-cost", max_cost),

@@ -75,8 +75,8 @@ class BatchProgress:
             self._live.update(self._render())
 
     def _line(self, r: JobRecord) -> str:
-        what = r.reason if r.status != "done" else (
-            f"{r.verdict}" + (f" {r.speedup:.3g}x" if r.speedup else "") + (f" {r.perf_verdict}" if r.perf_verdict else ""))
+        what = r.reason if r.status != "done" else " ".join(
+            x for x in (r.verdict, f"{r.speedup:.3g}x" if r.speedup else None, r.perf_verdict) if x)
         cost = "" if r.cost_usd is None else f" ${r.cost_usd:.4f}"
         return f"{MARK[r.status]} {r.key}  {what}{cost}  [dim]{r.wall_s:.1f}s[/]"
 

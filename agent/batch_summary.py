@@ -9,9 +9,11 @@ Definitions (the ones the tables print):
 - correct: the final evaluation's verdict is "pass"; faster: correct and the perf verdict
   is "faster" (the interval excludes 1).
 - geomean speedup: over correct jobs that have a perf measurement.
-- Opt@K (GSO): a task counts when one of its K samples is correct and reaches at least 95%
-  of the reference patch's speedup measured in the same rounds; only tasks with a
-  reference patch are in the denominator.
+- Opt@K (GSO's grader, gso/harness/grading/metrics.py): a task counts when one of its K
+  samples is correct, at least 1.2x faster than the baseline (GSO's MIN_PROB_SPEEDUP: a
+  patch that changes nothing cannot "match" a reference that gains little), and reaches at
+  least 95% of the reference patch's speedup measured in the same interleaved rounds. Only
+  tasks with a reference patch are in the denominator.
 - fraction of reference: mean of (s - 1) / (s_ref - 1) over correct jobs with a reference.
 """
 
@@ -30,7 +32,8 @@ from rich.table import Table
 from agent.batch_records import JobRecord, Ledger, Tokens, commands_seconds, figures_from_report
 
 SCHEMA = "perfagent.batch-summary/1"
-OPT_THRESHOLD = 0.95
+OPT_THRESHOLD = 0.95  # share of the reference's speedup a sample must reach
+OPT_MIN_SPEEDUP = 1.2  # and its own speedup over the baseline
 PLAN = "batch.json"
 
 
@@ -47,21 +50,23 @@ def rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
-def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD) -> bool:
-    """Correct and at least `threshold` of the reference's speedup (GSO's Opt criterion)."""
+def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD, min_speedup: float = OPT_MIN_SPEEDUP) -> bool:
+    """GSO's Opt criterion for one sample: correct, >= `min_speedup` over the baseline, and
+    >= `threshold` of the reference's speedup."""
     if not r.correct or r.speedup is None or r.reference_speedup is None:
         return False
-    return r.speedup >= threshold * r.reference_speedup
+    return r.speedup >= min_speedup and r.speedup >= threshold * r.reference_speedup
 
 
-def opt_at_k(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD) -> tuple[int, int]:
+def opt_at_k(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD,
+             min_speedup: float = OPT_MIN_SPEEDUP) -> tuple[int, int]:
     """(tasks solved, tasks counted): a task with a reference counts once, solved if any sample reaches it."""
     counted = solved = 0
     for records in by_task.values():
         if not any(r.has_reference for r in records):
             continue
         counted += 1
-        solved += any(reaches_reference(r, threshold) for r in records)
+        solved += any(reaches_reference(r, threshold, min_speedup) for r in records)
     return solved, counted
 
 
@@ -115,6 +120,8 @@ class BatchSummary(BaseModel):
     run_id: str
     generated_at: float
     samples: int  # K
+    opt_threshold: float = OPT_THRESHOLD
+    opt_min_speedup: float = OPT_MIN_SPEEDUP
     models: list[ModelSummary]
     tasks: list[TaskRow]
     jobs: list[JobRecord]
@@ -320,8 +327,9 @@ def summary_tables(s: BatchSummary) -> list[Table]:
 
 def summary_markdown(s: BatchSummary) -> str:
     lines = [f"# batch {s.run_id}", "",
-             f"Opt@K: a task counts when one of its K={s.samples} samples is correct and reaches "
-             f"{OPT_THRESHOLD:.0%} of the reference patch's speedup. \"of ref. gain\": mean (s - 1) / (s_ref - 1) "
+             f"Opt@K (as GSO grades it): a task counts when one of its K={s.samples} samples is correct, at least "
+             f"{s.opt_min_speedup:g}x faster than the baseline, and reaches {s.opt_threshold:.0%} of the reference "
+             "patch's speedup. \"of ref. gain\": mean (s - 1) / (s_ref - 1) "
              "over correct jobs. Overhead: job wall time outside model calls and the target's commands.", ""]
     for title, cols, rows in _sections(s):
         lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent.models.base import ModelError
@@ -92,9 +93,9 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     elif not args.quiet:
         _print_run_summary(out, result)
     for w in result.outcome.warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False)
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     if report["is_error"]:
-        err.print(f"[red]error:[/] {report['subtype']}: {report['result']} (outputs in {result.paths.report.parent})",
+        err.print(f"[red]error:[/] {report['subtype']}: {escape(str(report['result']))} (outputs in {result.paths.report.parent})",
                   highlight=False)
         return 1
     return 0
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, out)
     except (UserError, TaskError, ModelError, WorkspaceError, PatchError) as e:
-        err.print(f"[red]error:[/] {e}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
@@ -325,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 — a user sees one line; PERFAGENT_DEBUG=1 shows the traceback
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
-        err.print(f"[red]internal error:[/] {type(e).__name__}: {e} (PERFAGENT_DEBUG=1 shows the traceback)", highlight=False)
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (PERFAGENT_DEBUG=1 shows the traceback)",
+                  highlight=False)
         return 1
 
 

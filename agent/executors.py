@@ -12,11 +12,10 @@ while the checker takes a per-device lock around each perf measurement (agent/ch
 
 from __future__ import annotations
 
-import ctypes
+import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from agent.batch_forkserver import ForkServer, die_with_parent
 from agent.batch_records import JobRecord, commands_seconds, figures_from_report, is_retryable
 
 OnStart = Callable[["JobSpec", str | None], None]
@@ -85,21 +85,35 @@ def run_argv(job: JobSpec, cfg: LaunchConfig) -> list[str]:
             "--out", cfg.out_dir, "--quiet", *cfg.run_args]
 
 
-def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, *, fork: bool = False) -> JobRecord:
+_LIVE: set = set()  # job processes running now, so an interrupted batch can stop them at once
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all_jobs() -> None:
+    """SIGKILL every job process this process started and has not reaped yet."""
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        child.signal_kill()
+
+
+def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, *,
+            forks: ForkServer | None = None) -> JobRecord:
     """Run one job as a child process and classify what it left; never raises for the job's failures.
 
     done: a report was written (whatever the agent achieved: the report says).
     failed: no report (crash, hard timeout, bad spec), or the model's API failed mid-run;
     a resume retries these.
-    fork: start the child from a warm fork server instead of a fresh interpreter (saves the
-    ~3 s of imports each job would otherwise pay).
+    forks: start the child from this warm fork server instead of a fresh interpreter (saves
+    the ~3 s of imports each job would otherwise pay).
     """
     res_dir, patch_dir = job_paths(cfg.out_dir, cfg.run_id, job.key)
     res_dir.mkdir(parents=True, exist_ok=True)
     log_path = res_dir / "batch.log"
     child_env = {**os.environ, **(env or {})}
     start = time.monotonic()
-    child = (_Forked if fork else _Spawned)(run_argv(job, cfg), cfg.cwd, child_env, log_path)
+    args = run_argv(job, cfg)
+    child = forks.start(args, cfg.cwd, child_env, log_path) if forks else _Spawned(args, cfg.cwd, child_env, log_path)
     with _LIVE_LOCK:
         _LIVE.add(child)
     try:
@@ -125,25 +139,13 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
                       **common, **figures_from_report(report))
 
 
-_LIVE: set = set()  # job processes running now, so an interrupted batch can stop them at once
-_LIVE_LOCK = threading.Lock()
-
-
-def stop_all_jobs() -> None:
-    """SIGKILL every job process this process started and has not reaped yet."""
-    with _LIVE_LOCK:
-        children = list(_LIVE)
-    for child in children:
-        child.signal_kill()
-
-
 class _Spawned:
     """A fresh interpreter: `python -m agent.executors <our pid> run ...`."""
 
     def __init__(self, args: list[str], cwd: str, env: dict[str, str], log_path: Path):
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "agent.executors", str(os.getpid()), *args],
-                                         cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([sys.executable, "-m", "agent.executors", str(os.getpid()), *args], cwd=cwd,
+                                         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.exit_code: int | None = None
 
     def wait(self, timeout: float) -> int | None:
@@ -162,62 +164,7 @@ class _Spawned:
         self.proc.wait()
 
 
-_FORK_LOCK = threading.Lock()
-_PRELOAD = ["agent.cli", "agent.runner", "agent.checks"]
-
-
-class _Forked:
-    """A child forked from a multiprocessing fork server that has already imported the harness."""
-
-    def __init__(self, args: list[str], cwd: str, env: dict[str, str], log_path: Path):
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("forkserver")
-        with _FORK_LOCK:
-            ctx.set_forkserver_preload(_PRELOAD)
-            self.proc = ctx.Process(target=_forked_main, args=(args, cwd, env, str(log_path)), daemon=True)
-            self.proc.start()
-        self.exit_code: int | None = None
-
-    def wait(self, timeout: float) -> int | None:
-        self.proc.join(timeout)
-        self.exit_code = self.proc.exitcode
-        return self.exit_code
-
-    def signal_kill(self) -> None:
-        if self.proc.exitcode is None:
-            self.proc.kill()
-
-    def kill(self) -> None:
-        self.signal_kill()
-        self.proc.join()
-
-
-def _forked_main(args: list[str], cwd: str, env: dict[str, str], log_path: str) -> None:
-    """Inside the forked child: become what `perfagent run` would be in a fresh process."""
-    _release_fork_server()
-    _die_with_parent(os.getppid())
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    from agent.cli import main
-
-    code = main(args)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sys.exit(code)
-
-
 def _read_json(path: Path) -> Any:
-    import json
-
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -283,6 +230,14 @@ class LocalExecutor:
         return len(self.pool.load) if self.pool else visible_gpus()
 
     def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
+        forks = ForkServer() if self.fork and jobs else None
+        try:
+            self._run(jobs, on_start, on_finish, forks)
+        finally:
+            if forks is not None:
+                forks.close()
+
+    def _run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish, forks: ForkServer | None) -> None:
         events: queue.Queue = queue.Queue()
 
         def one(job: JobSpec) -> None:
@@ -291,7 +246,7 @@ class LocalExecutor:
                 events.put(("start", (job, device)))
                 env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
                 try:
-                    rec = run_job(job, self.cfg, env, fork=self.fork)
+                    rec = run_job(job, self.cfg, env, forks=forks)
                 except Exception as e:  # noqa: BLE001 — a harness bug fails one job, not the batch
                     rec = job.record("failed", reason=f"batch could not run the job: {type(e).__name__}: {e}")
                 events.put(("finish", rec))
@@ -334,7 +289,8 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ExecutorError("the ray executor needs Ray, which is not installed here: install perfagent's `ray` extra") from None
+            raise ExecutorError("the ray executor needs Ray, which is not installed here: "
+                                "install perfagent's `ray` extra") from None
         self.ray = ray
         env = {k: os.environ[k] for k in PROVIDER_ENV if k in os.environ}
         try:
@@ -395,37 +351,10 @@ def write_files(out_dir: Path, files: dict[str, bytes]) -> None:
         os.replace(tmp, target)
 
 
-def _release_fork_server() -> None:
-    """Drop the fork server's keep-alive pipe that every forked child inherits. The server
-    exits when the batch dies only if no child holds it; then `_die_with_parent` takes the
-    children down too, so a `kill -9` of the batch leaves no job running."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
-
-
 # -- the job process's shim ----------------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this process when the batch that started it dies, so no orphan keeps
-    writing into a job folder that a resume is about to re-run."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _child_main(argv: list[str]) -> int:
     parent, rest = int(argv[0]), argv[1:]
-    _die_with_parent(parent)
+    die_with_parent(parent)
     from agent.cli import main
 
     return main(rest)

@@ -74,7 +74,7 @@ def build_project(root: Path) -> tuple[Path, Path, dict[str, str]]:
         (tasks / f"{tid}.toml").write_text(TASK.format(id=tid, gpu=gpu, perf=perf, ref=ref))
     models = {
         "good": trajectory(root / "good.jsonl", [edit("4.0")], [call("submit", summary="cheaper")]),
-        "bad": trajectory(root / "bad.jsonl", [edit("-1.0")], [call("submit", summary="x")], [call("submit", summary="x")]),
+        "bad": trajectory(root / "bad.jsonl", [edit("-1.0")], *[[call("submit", summary="x")]] * 2),
         "slow": trajectory(root / "slow.jsonl", [call("run", command="sleep 4")], [edit("4.0")],
                            [call("submit", summary="cheaper")]),
         "gpu": trajectory(root / "gpu.jsonl", [call("run", command="echo DEVICE=$CUDA_VISIBLE_DEVICES")],
@@ -129,9 +129,10 @@ def test_opt_at_k_follows_gso():
                    rec(sample=1, speedup=1.9, ref=2.0, has_ref=True)],  # 95% of 2.0 = 1.9: yes
         "short": [rec(speedup=1.89, ref=2.0, has_ref=True), rec(sample=1, speedup=1.2, ref=2.0, has_ref=True)],
         "broken": [rec(verdict="fail", has_ref=True)],  # no sample correct: counted, not solved
+        "small": [rec(speedup=1.05, ref=1.04, has_ref=True)],  # matches a reference that gains little: < 1.2x
         "no-ref": [rec(speedup=5.0)],  # no reference patch: not counted
     }
-    assert opt_at_k(by_task) == (1, 3)
+    assert opt_at_k(by_task) == (1, 4)
     assert not reaches_reference(rec(status="failed", speedup=3.0, ref=2.0))
 
 
@@ -204,7 +205,8 @@ def test_commands_time_counts_each_grading_once(tmp_path):
     graded = {"verdict": "pass", "duration_s": 5.0}
     (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},
                                                       {"full": True, "evaluation": graded}]))
-    (tmp_path / "trajectory.jsonl").write_text(json.dumps({"type": "tool_result", "name": "run", "duration_s": 1.5}) + "\n")
+    run = {"type": "tool_result", "name": "run", "duration_s": 1.5}
+    (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")
     report = {"evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
     (tmp_path / "report.json").write_text(json.dumps(report))
     assert commands_seconds(tmp_path) == 8.5  # the final evaluation is the logged full one
@@ -372,7 +374,8 @@ def test_each_job_sees_one_gpu(project):
     ts = load_tasks(tasks / "t2.toml")
     jobs = expand_jobs(ts, [models["gpu"]], 2, cwd=root)
     seen: dict[str, str] = {}
-    LocalExecutor(cfg, workers=2, gpus=["0", "1"]).run(jobs, lambda j, d: None, lambda r: seen.update({r.key: r.device}))
+    executor = LocalExecutor(cfg, workers=2, gpus=["0", "1"])
+    executor.run(jobs, lambda job, device: None, lambda r: seen.update({r.key: r.device}))
     assert sorted(seen.values()) == ["0", "1"]
     for key, device in seen.items():
         traj = (root / "out/results/g" / key / "trajectory.jsonl").read_text()

