@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from agent.task import TaskError, load_task, load_task_set, task_files
-from conftest import make_repo
 
 GOOD = '''
 id = "t1"

@@ -3,7 +3,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import git
 import pytest
 
 from agent.workspace import PatchError, Workspace, WorkspaceError, matches_any

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generator
 
 from agent.analyzers import Finding, analyze_source, apply_rewrites
