@@ -16,7 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .context import ModuleContext, is_cpu_device, is_literal_true, kwarg, method_name, positional, shorten
-from .model import PER_STEP_ALLOC, TENSOR_FROM_LIST, Finding
+from .model import PER_STEP_ALLOC, TENSOR_FROM_LIST
 from .tensors import TensorVisitor
 
 _FACTORIES = {
@@ -40,11 +40,7 @@ class AllocRule(TensorVisitor):
     def __init__(self, ctx: ModuleContext, rules: set[str]) -> None:
         super().__init__(ctx)
         self.rules = rules
-        self._found: list[Finding] = []
         self._from_list: set[int] = set()  # ids of torch.tensor calls already reported as tensor-from-list
-
-    def findings(self) -> list[Finding]:
-        return self._found
 
     def _flag(self, rule: str, node: cst.Call, message: str) -> None:
         code = shorten(self.ctx.code(node))

@@ -159,9 +159,11 @@ class ScopedVisitor(cst.BatchableCSTVisitor):
         self._setup_fn: list[bool] = []
         self._loops = 0
         self._saved_loops: list[int] = []
+        self._found: list[Finding] = []
 
     def findings(self) -> list[Finding]:
-        raise NotImplementedError
+        """What this visitor flagged; rules that derive findings after the walk override it."""
+        return self._found
 
     @property
     def function(self) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .context import ModuleContext, kwarg, method_name, positional, shorten, string_key
-from .model import LOOP_TENSOR, Finding
+from .model import LOOP_TENSOR
 from .tensors import TensorVisitor
 
 _ELEMENT_WRITES = frozenset({"copy_", "fill_", "zero_"})
@@ -28,12 +28,8 @@ def visitor(ctx: ModuleContext, rules: set[str]) -> "LoopRule | None":
 class LoopRule(TensorVisitor):
     def __init__(self, ctx: ModuleContext) -> None:
         super().__init__(ctx)
-        self._found: list[Finding] = []
         self._for_stack: list[list[tuple[frozenset[str], int]]] = [[]]  # per function: (loop vars, line) of open loops
         self._grown: list[dict[str, int]] = [{}]  # per function: list name -> line of the loop that grows it
-
-    def findings(self) -> list[Finding]:
-        return self._found
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)

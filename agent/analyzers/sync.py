@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .context import ModuleContext, is_cpu_device, kwarg, method_name, positional, shorten
-from .model import HOST_SYNC, Finding
+from .model import HOST_SYNC
 from .tensors import TensorVisitor, host_named
 
 _SYNC_METHODS = {
@@ -30,13 +30,6 @@ def visitor(ctx: ModuleContext, rules: set[str]) -> "SyncRule | None":
 
 
 class SyncRule(TensorVisitor):
-    def __init__(self, ctx: ModuleContext) -> None:
-        super().__init__(ctx)
-        self._found: list[Finding] = []
-
-    def findings(self) -> list[Finding]:
-        return self._found
-
     def _flag(self, node: cst.CSTNode, what: str) -> None:
         code = self.ctx.code(node)
         where = "in a loop" if self.in_loop else f"in per-step `{self.function}`"
