@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .anthropic import DEFAULT_ANTHROPIC_MODEL, AnthropicModel
-from .base import DEFAULT_MAX_RETRIES, Model, ModelError, Reply, ToolCall, Usage
-from .openai import OpenAIModel
+from .base import DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, Model, ModelError, Reply, ToolCall, Usage
 from .replay import ReplayModel
+
+# The provider SDKs take ~2 s to import: they load only when a spec names them, so commands
+# that never call a model (tasks, lint, check, review) start fast.
 
 if TYPE_CHECKING:
     from agent.task import Task
@@ -44,11 +45,15 @@ def make_model(
     provider, _, name = spec.strip().partition(":")
     name = name.strip()
     if provider == "anthropic":
+        from .anthropic import AnthropicModel
+
         model = name or DEFAULT_ANTHROPIC_MODEL
         return AnthropicModel(model, base_url=base_url, stream=stream, max_retries=max_retries)
     if provider == "openai":
         if not name:
             raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")
+        from .openai import OpenAIModel
+
         return OpenAIModel(name, base_url=base_url, stream=stream, max_retries=max_retries)
     if provider == "replay":
         if not name:

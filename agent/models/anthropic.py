@@ -14,16 +14,8 @@ from dataclasses import dataclass
 
 import anthropic
 
-from .base import DEFAULT_MAX_RETRIES, ModelError, Reply, ToolCall, Usage, one_line
+from .base import DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, ModelError, Reply, ToolCall, Usage, one_line
 
-# Why this default: the installed SDK (2.12.0) lists its known models in
-# `anthropic.types.model.Model`, newest first, and the ones past or near end of life in
-# `anthropic._data.deprecated_models.DEPRECATED_MODELS`. Sonnets there: claude-sonnet-5-5,
-# claude-sonnet-5, claude-sonnet-4-6, claude-sonnet-4-5 (deprecated: end of life
-# 2026-11-30; claude-sonnet-4 retires 2026-06-15). We take claude-sonnet-4-6: current
-# (not deprecated) and the newest Sonnet whose price our table knows, so a default run
-# reports what it cost instead of null. Newer Sonnets work by name (--model anthropic:...).
-DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 
 MAX_CACHE_BREAKPOINTS = 4  # the API rejects requests with more
 USER_TURN_BREAKPOINTS = 2  # latest user turn writes the cache, the one before reads it
