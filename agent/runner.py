@@ -86,6 +86,7 @@ def run_task(
     """Run the agent on `task` and write report.json, trajectory.jsonl, checks.json and the diff."""
     if isinstance(model, str):
         model = make_model(model, base_url=base_url, stream=stream, task=task)
+    limits = limits or Limits.of(task)
     paths = RunPaths.of(out_dir, run_id, job or task.id)
     session_id = str(uuid.uuid4())
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
@@ -115,8 +116,8 @@ def run_task(
     try:
         ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
         tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
-                        command_timeout_s=min(600.0, (limits or Limits.of(task)).timeout_s))
-        outcome = run_loop(task, model, tools, limits=limits or Limits.of(task), prices=prices,
+                        command_timeout_s=min(600.0, limits.timeout_s))
+        outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                            grade_submission=grade_submission, trajectory=Trajectory(paths.trajectory),
                            on_event=on_event)
         warning = isolation_warning(isolation_mode())
