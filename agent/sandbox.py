@@ -1,17 +1,30 @@
-"""Run one shell command in a workspace: timeout, process-group kill, capped output, no network.
+"""Run one shell command sealed off from the host: the only way agent and task code ever runs.
 
-Output goes to a temporary file rather than a pipe, so a background child that keeps the
-stream open can neither hang us nor fill memory; we keep the head and the tail.
+With bubblewrap (Debian package `bubblewrap`) every command gets:
+- a read-only view of the machine, where the working folder (and any `writable` folder the
+  caller names) is the only writable place, beside a private /tmp that vanishes afterwards;
+- home folders (`$HOME`, /root, /home) replaced by empty ones, with only the Python prefixes
+  and PATH folders the command needs mounted back read-only, so `~/.ssh` and the like stay out;
+- the workspace's `.git` read-only, so nothing the command does can plant git config or hooks;
+- its own PID namespace and /proc: no harness process is visible (no /proc/<pid>/environ, no
+  nsenter, no kill), and when the command ends every process it started ends with it;
+- no network, no shared IPC, and limits on memory, file size, processes and CPU time.
+
+Output goes through a pipe to a reader that keeps only the head and the tail, so a command
+that prints gigabytes costs a bounded amount of memory. Where bubblewrap cannot run, the
+strongest fallback is used and `isolation().missing` says exactly what was not isolated.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import sysconfig
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,6 +36,57 @@ PASSTHROUGH_ENV = (
     "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_HOME",
 )
+# Home folders are hidden wholesale; see `_home_binds` for what is mounted back.
+HIDDEN_HOMES = ("/root", "/home")
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+               "/dev/nvidia-caps", "/dev/dri")
+# What each isolation mode leaves open, in words a report can carry.
+NOT_ISOLATED = {
+    "filesystem": "filesystem: commands can write outside the workspace and read home folders (~/.ssh, ~/.gitconfig)",
+    "processes": "processes: commands can see, signal and outlive the harness (no PID namespace)",
+    "network": "network: commands can reach the network",
+}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How commands are sealed on this machine; `missing` names what is not isolated."""
+
+    mode: str  # "bwrap", "unshare" (network only) or "none"
+    missing: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """Per-process limits (setrlimit), applied inside the sandbox before the command starts.
+
+    Memory is RLIMIT_DATA, not RLIMIT_AS: CUDA reserves terabytes of address space it never
+    touches. The process count is not enforced for root (the kernel exempts it); the PID
+    namespace and the timeout still end a fork bomb with the command.
+    """
+
+    memory_bytes: int
+    file_bytes: int = 8 << 30
+    processes: int = 4096
+    cpu_s: int | None = None  # default: the timeout times the cores, so threads can use them all
+
+    @classmethod
+    def default(cls) -> "ResourceLimits":
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            total = 16 << 30
+        return cls(memory_bytes=int(total * 0.75))
+
+    def shell_prefix(self, timeout_s: float) -> str:
+        cpu = self.cpu_s or int(timeout_s * (os.cpu_count() or 1)) + 60
+        # bash's ulimit counts -d and -f in KiB; setting a value sets the hard limit too.
+        return (f"ulimit -d {self.memory_bytes // 1024} -f {self.file_bytes // 1024} "
+                f"-u {self.processes} -t {cpu} 2>/dev/null\n")
 
 
 @dataclass(frozen=True)
@@ -41,26 +105,21 @@ class CommandResult:
 
 
 @lru_cache(maxsize=1)
-def isolation_mode() -> str:
-    """The strongest network isolation this machine allows, probed once."""
-    if shutil.which("bwrap") and _probe(["bwrap", "--dev-bind", "/", "/", "--unshare-net", "true"]):
-        return "bwrap"
+def isolation() -> Isolation:
+    """The strongest isolation this machine allows, probed once by running a real sealed command."""
+    probe_dir = Path(os.path.realpath(os.getcwd()))
+    if shutil.which("bwrap") and _probe(_bwrap_argv(probe_dir, (), {}) + ["true"]):
+        return Isolation("bwrap", ())
     if shutil.which("unshare") and _probe(["unshare", "-n", "true"]):
-        return "unshare"
-    return "none"
+        return Isolation("unshare", (NOT_ISOLATED["filesystem"], NOT_ISOLATED["processes"]))
+    return Isolation("none", tuple(NOT_ISOLATED.values()))
 
 
 def _probe(argv: list[str]) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
-
-
-def isolation_warning(mode: str) -> str | None:
-    if mode == "none":
-        return "no network isolation available (neither bwrap nor unshare -n works here): commands ran with network access"
-    return None
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -73,26 +132,118 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _cap(data: bytes, limit: int) -> tuple[str, int]:
-    if len(data) <= limit:
-        return data.decode("utf-8", "replace"), 0
-    head, tail = data[: limit // 2], data[-(limit // 2):]
-    cut = len(data) - len(head) - len(tail)
-    text = (
-        head.decode("utf-8", "replace")
-        + f"\n[... {cut} bytes of output cut ...]\n"
-        + tail.decode("utf-8", "replace")
-    )
-    return text, cut
+# -- the bubblewrap command line ----------------------------------------------------------------
+def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str]) -> list[str]:
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--tmpfs", "/var/tmp"]
+    for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
+        argv += ["--dev-bind-try", dev, dev]
+    homes = _hidden_homes()
+    for home in homes:
+        argv += ["--tmpfs", str(home)]
+    for path in _home_binds(homes, env):
+        argv += ["--ro-bind-try", str(path), str(path)]
+    for path in _readable(env):  # our own helper folders (PYTHONPATH) that live under the hidden /tmp
+        argv += ["--ro-bind-try", str(path), str(path)]
+    for path in (cwd, *writable):
+        argv += ["--bind", str(path), str(path)]
+    git_dir = cwd / ".git"
+    if git_dir.is_dir():
+        argv += ["--ro-bind", str(git_dir), str(git_dir)]
+        for objects in _alternates(git_dir / "objects"):
+            argv += ["--ro-bind-try", str(objects), str(objects)]
+    return argv + ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                   "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", str(cwd), "--"]
 
 
-def _wrap(command: str, mode: str) -> list[str]:
-    shell = ["bash", "-c", command]
+def _hidden_homes() -> list[Path]:
+    homes = {Path(os.path.realpath(os.path.expanduser("~")))} | {Path(h) for h in HIDDEN_HOMES}
+    return sorted(h for h in homes if h != Path("/") and h.is_dir())
+
+
+def _home_binds(homes: list[Path], env: dict[str, str]) -> list[Path]:
+    """Folders under a hidden home that commands still need: Python prefixes and PATH entries."""
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
+              sysconfig.get_paths().get("purelib", ""), env.get("VIRTUAL_ENV", "")}
+    python = shutil.which("python", path=env.get("PATH"))
+    if python:
+        wanted.add(str(Path(os.path.realpath(python)).parent.parent))
+    wanted |= set(env.get("PATH", "").split(os.pathsep))
+    wanted |= set(os.environ.get("PERFAGENT_SANDBOX_READ", "").split(os.pathsep))
+    out = []
+    for w in filter(None, wanted):
+        real = Path(os.path.realpath(w))
+        if real.exists() and any(h in real.parents for h in homes):
+            out.append(real)
+    return sorted(set(out))
+
+
+def _readable(env: dict[str, str]) -> list[Path]:
+    paths = [Path(os.path.realpath(p)) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [p for p in paths if p.exists()]
+
+
+def _alternates(objects: Path, depth: int = 0) -> list[Path]:
+    """Object folders a shared clone borrows from (recursively), so git still works read-only."""
+    try:
+        lines = (objects / "info" / "alternates").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        alt = Path(os.path.realpath(objects / line.strip())) if line.strip() else None
+        if alt is not None and alt.is_dir() and depth < 5:
+            out += [alt, *_alternates(alt, depth + 1)]
+    return out
+
+
+def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], env: dict[str, str],
+          limits: ResourceLimits, timeout_s: float) -> list[str]:
+    shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", *shell]
+        return _bwrap_argv(cwd, writable, env) + shell
     if mode == "unshare":
         return ["unshare", "-n", "--", *shell]
     return shell
+
+
+# -- running --------------------------------------------------------------------------------------
+class _CappedReader(threading.Thread):
+    """Drains a pipe into one fixed buffer, keeping the first and last `limit // 2` bytes only."""
+
+    def __init__(self, fd: int, limit: int):
+        super().__init__(daemon=True, name="sandbox-output")
+        self.pipe = open(fd, "rb", buffering=0, closefd=False)
+        self.half = max(1, limit // 2)
+        self.head, self.tail = bytearray(), bytearray()
+        self.total = 0
+        self.stop_at: float | None = None  # set when the command has ended: drain, then give up
+
+    def run(self) -> None:
+        buf = memoryview(bytearray(1 << 16))
+        while True:
+            ready, _, _ = select.select([self.pipe], [], [], 0.1)
+            if self.stop_at is not None and (not ready or time.monotonic() > self.stop_at):
+                return
+            if not ready:
+                continue
+            n = self.pipe.readinto(buf)
+            if not n:
+                return
+            self.total += n
+            room = max(0, self.half - len(self.head))
+            self.head += buf[:min(room, n)]
+            self.tail += buf[min(room, n):n]
+            if len(self.tail) > 4 * self.half:
+                del self.tail[:-self.half]
+
+    def text(self) -> tuple[str, int]:
+        tail = bytes(self.tail[-self.half:])
+        cut = self.total - len(self.head) - len(tail)
+        if cut <= 0:
+            return (bytes(self.head) + tail).decode("utf-8", "replace"), 0
+        return (self.head.decode("utf-8", "replace") + f"\n[... {cut} bytes of output cut ...]\n"
+                + tail.decode("utf-8", "replace")), cut
 
 
 def run_command(
@@ -102,35 +253,45 @@ def run_command(
     timeout_s: float = 600,
     env: dict[str, str] | None = None,
     max_output: int = DEFAULT_MAX_OUTPUT,
-    network: bool = False,
+    writable: tuple[str | Path, ...] = (),
+    limits: ResourceLimits | None = None,
 ) -> CommandResult:
-    """Run `command` with bash in `cwd`; never raises for the command's own failures."""
-    mode = "none" if network else isolation_mode()
+    """Run `command` with bash in `cwd`, sealed; never raises for the command's own failures.
+
+    `cwd` is writable; so is each folder in `writable` (the caller's own output folders).
+    """
+    cwd = Path(os.path.realpath(cwd))
+    env = env if env is not None else base_env()
+    mode = isolation().mode
+    argv = _wrap(command, cwd, mode, tuple(Path(os.path.realpath(w)) for w in writable), env,
+                 limits or ResourceLimits.default(), timeout_s)
     start = time.monotonic()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            _wrap(command, mode),
-            cwd=str(cwd),
-            env=env if env is not None else base_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: a timeout kills every descendant
-        )
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _kill_group(proc)
-        duration = time.monotonic() - start
-        out.seek(0)
-        text, cut = _cap(out.read(), max_output)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
+                                stderr=write_fd, start_new_session=True)  # own group: a timeout kills all
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    reader = _CappedReader(read_fd, max_output)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_group(proc)
+        reader.stop_at = time.monotonic() + 2  # unsandboxed, a daemon may hold the pipe open
+        reader.join()
+        os.close(read_fd)
+    text, cut = reader.text()
     code = proc.returncode if not timed_out else -signal.SIGKILL
     if timed_out:
-        text += f"\n[timed out after {timeout_s:g}s; process group killed]"
-    return CommandResult(command, code, text, duration, timed_out, cut, mode)
+        text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
+    return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

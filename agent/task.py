@@ -43,6 +43,8 @@ class PerfSpec(_Spec):
     direction: Literal["lower", "higher"] = "lower"
     min_effect: float = Field(default=0.03, gt=0, lt=1)
     timeout_s: float = Field(default=300, gt=0)
+    # A speedup beyond this is "suspicious" until the reference (or a person, raising it) confirms it.
+    max_speedup: float = Field(default=10.0, gt=1)
 
 
 class ReferenceSpec(_Spec):
@@ -170,12 +172,14 @@ def _check_base(file: Path, repo: Path, base: str) -> None:
     """A base commit must exist in a git repo; a plain folder only knows its current state."""
     import git
 
+    from agent.workspace import open_repo
+
     if not (repo / ".git").exists():
         if base != "HEAD":
             raise TaskError(f"{file}: base: {repo} is not a git repository, so only base = \"HEAD\" is possible")
         return
     try:
-        git.Repo(repo).commit(base)
+        open_repo(repo).commit(base)
     except (git.BadName, ValueError, git.GitCommandError):
         raise TaskError(f"{file}: base: unknown commit {base!r} in {repo}") from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -135,6 +136,9 @@ class Toolbox:
         rel = target.relative_to(root).as_posix()
         if rel == ".git" or rel.startswith(".git/"):
             raise ToolFailure(f"the .git folder is not accessible: {path!r}")
+        if target.is_file() and target.stat().st_nlink > 1:
+            # A hard link may share its contents with a file outside the workspace.
+            raise ToolFailure(f"refused: {rel} is a hard link (it may be a file outside the repository)")
         if write and matches_any(rel, self.protected):
             err = ToolFailure(f"permission denied: {rel} is protected (read-only) for this task")
             err.denied = True  # type: ignore[attr-defined]
@@ -145,10 +149,14 @@ class Toolbox:
         return p.relative_to(self.workspace.root.resolve()).as_posix()
 
     def _files_under(self, base: Path) -> list[Path]:
+        """Files below `base`; no link is followed, soft or hard (either may lead outside)."""
         files = []
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__", ".pytest_cache"))
-            files.extend(Path(dirpath) / f for f in sorted(filenames))
+            for name in sorted(filenames):
+                st = (p := Path(dirpath) / name).lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    files.append(p)
         return files
 
     # -- handlers -------------------------------------------------------------------------

@@ -1,5 +1,10 @@
 """An isolated git workspace per run: the task's repo at `base`, on a branch of its own.
 
+Every git command perfagent runs obeys no one else's configuration (`GIT_ENV`): no system or
+global config, no hooks, no fsmonitor, no filter, textconv, diff or merge drivers. The agent
+works in these folders, so anything it could plant (a `.gitattributes`, a nested repo's
+config, `git config --global`) must never make the harness's own git run a program.
+
 A local git repo is cloned with `--shared` (objects borrowed through alternates, never
 copied) so setup costs one checkout even on large repos; a URL is cloned; a plain folder
 becomes a fresh repo with one baseline commit. The user's repo and working tree are only
@@ -9,6 +14,7 @@ ever read.
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +28,21 @@ RUN_BRANCH = "perfagent/run"
 DEFAULT_EXCLUDES = ["__pycache__/", "*.pyc", ".pytest_cache/", ".coverage*", "*.egg-info/"]
 _AUTHOR = {"GIT_AUTHOR_NAME": "perfagent", "GIT_AUTHOR_EMAIL": "perfagent@localhost",
            "GIT_COMMITTER_NAME": "perfagent", "GIT_COMMITTER_EMAIL": "perfagent@localhost"}
+# Settings passed as GIT_CONFIG_KEY_n/VALUE_n outrank every config file, the repo's own included.
+_FORCED_CONFIG = {
+    "core.hooksPath": "/dev/null", "core.fsmonitor": "false", "core.attributesFile": "/dev/null",
+    "core.pager": "cat", "diff.ignoreSubmodules": "all", "submodule.recurse": "false",
+    "protocol.ext.allow": "never", "gc.auto": "0", "maintenance.auto": "false", "safe.directory": "*",
+}
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_COUNT": str(len(_FORCED_CONFIG)),
+    **{f"GIT_CONFIG_KEY_{i}": k for i, k in enumerate(_FORCED_CONFIG)},
+    **{f"GIT_CONFIG_VALUE_{i}": v for i, v in enumerate(_FORCED_CONFIG.values())},
+}
+# $GIT_DIR/info/attributes outranks every .gitattributes in the tree: no filter, diff or merge
+# driver a committed or planted attribute file names is ever looked up.
+NEUTRAL_ATTRIBUTES = "* !filter !diff !merge\n"
 
 
 class WorkspaceError(Exception):
@@ -50,7 +71,7 @@ class Workspace:
 
     @property
     def repo(self) -> git.Repo:
-        return git.Repo(self.root)
+        return open_repo(self.root)
 
     @classmethod
     def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> "Workspace":
@@ -70,14 +91,13 @@ class Workspace:
                     _git("clone", "--quiet", "--shared", "--no-checkout", str(path), str(dest))
                 else:
                     _snapshot_folder(path, dest)
-            repo = git.Repo(dest)
+            _protect_git_dir(dest / ".git")
+            repo = open_repo(dest)
             try:
                 commit = repo.commit(base).hexsha
             except (git.BadName, ValueError):
                 raise WorkspaceError(f"unknown base commit {base!r} in {src}") from None
             repo.git.checkout("--quiet", "--force", "-B", RUN_BRANCH, commit)
-            (dest / ".git" / "info").mkdir(exist_ok=True)
-            (dest / ".git" / "info" / "exclude").write_text("\n".join(DEFAULT_EXCLUDES) + "\n")
         except git.GitCommandError as e:
             shutil.rmtree(dest, ignore_errors=True)
             raise WorkspaceError(f"cannot create workspace from {src}: {_one_line(e.stderr)}") from None
@@ -93,12 +113,14 @@ class Workspace:
     def diff(self, against: str | None = None) -> str:
         """Everything the candidate changes relative to base (untracked files included)."""
         self._stage_all()
-        text = self.repo.git.diff("--cached", "--binary", "--no-color", "--no-ext-diff", against or self.base_commit)
+        text = self.repo.git.diff("--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+                                  against or self.base_commit)
         return text + "\n" if text and not text.endswith("\n") else text
 
     def changed_files(self) -> list[str]:
         self._stage_all()
-        out = self.repo.git.diff("--cached", "--name-only", "--no-renames", self.base_commit)
+        out = self.repo.git.diff("--cached", "--name-only", "--no-renames", "--no-ext-diff", "--no-textconv",
+                                 self.base_commit)
         return [line for line in out.splitlines() if line]
 
     def protected_changes(self, patterns: list[str]) -> list[str]:
@@ -136,7 +158,7 @@ class Workspace:
         for args in (["--check"], []):
             proc = subprocess.run(
                 ["git", "apply", "--whitespace=nowarn", *args, "-"],
-                cwd=self.root, input=patch.encode(), capture_output=True,
+                cwd=self.root, input=patch.encode(), capture_output=True, env=git_env(),
             )
             if proc.returncode != 0:
                 raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch does not apply")
@@ -145,9 +167,29 @@ class Workspace:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a git subprocess: ours, with `GIT_ENV` on top."""
+    return {**os.environ, **GIT_ENV, **(extra or {})}
+
+
+def open_repo(path: str | Path) -> git.Repo:
+    """A gitpython Repo whose every git command runs with `GIT_ENV`."""
+    repo = git.Repo(path)
+    repo.git.update_environment(**GIT_ENV)
+    return repo
+
+
+def _protect_git_dir(git_dir: Path) -> None:
+    """Our excludes, and attributes that switch off every driver a tracked .gitattributes names."""
+    (git_dir / "info").mkdir(parents=True, exist_ok=True)
+    (git_dir / "info" / "exclude").write_text("\n".join(DEFAULT_EXCLUDES) + "\n")
+    (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
+    shutil.rmtree(git_dir / "hooks", ignore_errors=True)
+
+
 def _is_repo_root(path: Path) -> bool:
     try:
-        return Path(git.Repo(path).working_tree_dir).resolve() == path
+        return Path(open_repo(path).working_tree_dir).resolve() == path
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return False
 
@@ -158,17 +200,16 @@ def _snapshot_folder(src: Path, dest: Path) -> None:
     git reads the folder as an external work tree, so nothing is written into it; the
     folder's own .gitignore files still apply.
     """
-    repo = git.Repo.init(dest)
-    (dest / ".git" / "info").mkdir(exist_ok=True)
-    (dest / ".git" / "info" / "exclude").write_text("\n".join(DEFAULT_EXCLUDES) + "\n")
-    g = repo.git
+    _git("init", "--quiet", str(dest))
+    _protect_git_dir(dest / ".git")
+    g = open_repo(dest).git
     g.execute(["git", f"--git-dir={dest / '.git'}", f"--work-tree={src}", "add", "--all", "--", "."])
     g.execute(["git", f"--git-dir={dest / '.git'}", "commit", "--quiet", "--no-verify", "-m", f"baseline: {src.name}"],
               env=_AUTHOR)
 
 
 def _git(*args: str) -> None:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True)
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, env=git_env())
     if proc.returncode != 0:
         raise git.GitCommandError(["git", *args], proc.returncode, proc.stderr)
 

@@ -116,3 +116,39 @@ def test_clone_from_git_url(tmp_path, small_repo):
 ])
 def test_matches_any(path, pats, hit):
     assert matches_any(path, pats) is hit
+
+
+def test_the_harness_git_runs_no_program_anyone_planted(tmp_path, small_repo, monkeypatch):
+    """Hooks, fsmonitor, filters, textconv, external diff, a global config: none runs from our git,
+    even with the workspace's .git writable (as it is when no sandbox is available)."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\ncat\n")
+    evil.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {tmp_path}/hooks\n\tfsmonitor = {evil}\n"
+                                     f"[diff]\n\texternal = {evil}\n")
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "hooks").mkdir()
+    for hook in ("pre-commit", "post-commit", "post-checkout", "reference-transaction"):
+        (tmp_path / "hooks" / hook).write_text(evil.read_text())
+        (tmp_path / "hooks" / hook).chmod(0o755)
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    git_dir = ws.root / ".git"
+    with open(git_dir / "config", "a") as f:
+        f.write(f"[core]\n\tfsmonitor = {evil}\n\thooksPath = {tmp_path}/hooks\n"
+                f"[filter \"evil\"]\n\tclean = {evil}\n\tsmudge = {evil}\n\trequired = true\n"
+                f"[diff \"evil\"]\n\ttextconv = {evil}\n\tcommand = {evil}\n")
+    (git_dir / "hooks").mkdir(exist_ok=True)
+    (git_dir / "hooks" / "pre-commit").write_text(evil.read_text())
+    (git_dir / "hooks" / "pre-commit").chmod(0o755)
+    (ws.root / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (ws.root / "pkg/mod.py").write_text("changed\n")
+
+    assert "+changed" in ws.diff()
+    ws.changed_files()
+    sha = ws.snapshot("c")
+    ws.restore_paths(["pkg/**"])
+    ws.reset(sha)
+    assert not marker.exists(), marker.read_text()

@@ -50,5 +50,6 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
 def run_check(name: str, command: str, root: Path, hook_dir: Path, *, timeout_s: float, poison: bool = False,
               coverage_rc: Path | None = None) -> CommandRun:
     res = run_command(command, root, timeout_s=timeout_s,
-                      env=check_env(root, hook_dir, poison=poison, coverage_rc=coverage_rc))
+                      env=check_env(root, hook_dir, poison=poison, coverage_rc=coverage_rc),
+                      writable=(coverage_rc.parent,) if coverage_rc is not None else ())
     return to_run(name, res)

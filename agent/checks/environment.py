@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from agent.checks.models import Environment
-from agent.sandbox import base_env, isolation_mode, run_command
+from agent.sandbox import base_env, isolation, run_command
 
 # Reads torch/version.py on its own: importing torch would cost seconds per checker.
 _PROBE = r"""
@@ -77,4 +77,4 @@ def probe(root: Path) -> Environment:
     name, driver = gpu() if info.get("cuda") else (None, None)
     return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=driver,
                        torch=info.get("torch"), cuda=info.get("cuda"), python=info.get("python"),
-                       platform=platform.platform(), isolation=isolation_mode(), device=device_name(name))
+                       platform=platform.platform(), isolation=isolation().mode, device=device_name(name))
