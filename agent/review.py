@@ -322,6 +322,15 @@ def _cmd(run: Any, enabled: bool = True) -> CheckRow | None:
     return CheckRow("", f"FAIL ({why})" + (f"; failing: {', '.join(failing[:8])}" if failing else ""), "bad")
 
 
+def _integrity_row(integrity: dict) -> CheckRow:
+    """Refusals, flagged lines and an implausible speedup: what a person must look at first."""
+    flags = [f"{f.get('path')}:{f.get('line')}: {f.get('reason')}" for f in integrity.get("flags") or []]
+    parts = [*(integrity.get("refused") or []), *(f"flagged {f}" for f in flags)]
+    if integrity.get("plausibility"):
+        parts.append(f"suspicious speedup: {integrity['plausibility']}")
+    return CheckRow("integrity", "; ".join(parts) if parts else "ok", "bad" if parts else "ok")
+
+
 def check_rows(run: RunView) -> list[CheckRow]:
     """The check details of one run, tolerant of partial evaluations (no-change, error)."""
     ev, rows = run.evaluation, []
@@ -353,6 +362,9 @@ def check_rows(run: RunView) -> list[CheckRow]:
         pv = ev.get("protected_violations") or []
         rows.append(CheckRow("protected paths (patch)", "touched: " + ", ".join(pv) if pv else "untouched",
                              "bad" if pv else "ok"))
+    integrity = ev.get("integrity") or {}
+    if integrity:
+        rows.append(_integrity_row(integrity))
     denials = (run.report or {}).get("permission_denials") or []
     rows.append(CheckRow("protected-path attempts", "; ".join(_denial(d) for d in denials) if denials else "none",
                          "warn" if denials else "ok"))

@@ -348,3 +348,51 @@ def test_check_command_bare_json_prints_only_the_evaluation(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["verdict"] == "pass" and data["perf"] is None
     assert data["coverage"]["covered"] == ["pkg/work.py:7"] and data["diff_stats"]["insertions"] == 1
+
+
+def test_a_patch_that_rewires_test_collection_is_refused_before_anything_runs(tmp_path):
+    task, src = make_task(tmp_path, poison=False)
+    marker = tmp_path / "plugin-ran"
+    patch = make_patch(src, tmp_path, {
+        "pkg/work.py": ("x += i", "x += 2 * i"),  # breaks test_spin
+        "pytest.toml": '[pytest]\naddopts = ["-p", "evilplugin"]\n',
+        "evilplugin.py": f"open({str(marker)!r}, 'w').close()\n",
+    })
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        ev = c.evaluate(patch)
+    assert ev.verdict == "rejected" and ev.correctness is None and ev.perf is None
+    assert any("pytest.toml" in r for r in ev.integrity.refused)
+    assert not marker.exists()
+
+
+def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_path):
+    task, src = make_task(tmp_path, poison=False)
+    patch = make_patch(src, tmp_path, {"pkg/buffers.py": ("import torch\n", "import sys\nimport torch\n"
+                                                          "if 'pytest' in sys.modules:\n    torch.empty = torch.zeros\n")})
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        ev = c.evaluate(patch, perf=False)
+    assert ev.correctness.passed and ev.verdict == "suspicious"
+    reasons = " ".join(f.reason for f in ev.integrity.flags)
+    assert "pytest" in reasons and "torch" in reasons
+    assert "integrity" in evaluation_table_text(ev)
+
+
+@pytest.mark.slow
+def test_an_implausible_speedup_is_suspicious_not_faster(tmp_path):
+    task, src = make_task(tmp_path, poison=False, min_effect=0.5, extra="")
+    toml = Path(task.file)
+    toml.write_text(toml.read_text().replace("min_effect = 0.5", "min_effect = 0.5\nmax_speedup = 3"))
+    task = load_task(toml)
+    patch = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 600")})
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks", seed=1) as c:
+        ev = c.evaluate(patch, quick=True)
+    assert ev.perf.verdict == "suspicious" and ev.verdict == "suspicious"
+    assert "plausibility bound of 3x" in ev.integrity.plausibility
+
+
+def evaluation_table_text(ev) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(evaluation_table(ev))
+    return console.export_text()

@@ -17,6 +17,8 @@ from typing import Callable
 from agent.checks import perf as perfmod
 from agent.checks.correctness import install_hook, run_check, to_run
 from agent.checks.environment import probe
+from agent.checks.integrity import (IntegrityResult, check_integrity, installed_top_level_modules, is_test_path,
+                                    plausibility_problem)
 from agent.checks.linecov import classify, executed_lines, write_rc
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.models import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
@@ -25,7 +27,7 @@ from agent.checks.patchinfo import added_lines, hygiene_problems
 from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
 from agent.checks.render import compact_lines
 from agent.checks.stats import compare, fraction_of_reference, speedup
-from agent.sandbox import run_command
+from agent.sandbox import base_env, run_command
 from agent.task import Task
 from agent.workspace import PatchError, Workspace
 
@@ -51,6 +53,7 @@ class Checker:
         self._reference: Workspace | str | None = None  # a workspace, or why there is none
         self._env: Environment | None = None
         self._hook: Path | None = None
+        self._installed: frozenset[str] | None = None  # top-level modules the target's interpreter has
         self._count = 0
 
     @property
@@ -142,9 +145,15 @@ class Checker:
 
     def _grade(self, cand: Workspace, ev: Evaluation, *, quick: bool, perf: bool, reference: bool) -> None:
         ev.diff_stats = diff_stats(cand)
+        ev.integrity = self._integrity(cand)
         ev.protected_violations = cand.restore_paths(self.protected)
+        if ev.integrity.refused:  # nothing of a patch that rewires the tests is run
+            ev.verdict = "rejected"
+            ev.reasons += [f"patch refused: {r}" for r in ev.integrity.refused]
+            return
         cand.changed_files()  # stage the restored state
-        changed = added_lines(cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", cand.base_commit))
+        changed = added_lines(cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", "--no-textconv",
+                                                 cand.base_commit))
         ev.environment = self.environment().model_copy(update={
             "base_commit": cand.base_commit, "candidate_commit": cand.snapshot("perfagent candidate")})
 
@@ -165,6 +174,23 @@ class Checker:
                               if ev.coverage.uncovered else ev.coverage.note or "coverage not measured")
         if perf and self.task.spec.perf is not None:
             self._perf(cand, ev, quick=quick, reference=reference)
+        if ev.verdict in ("pass", "unverified") and (ev.integrity.flags or ev.integrity.plausibility):
+            ev.verdict = "suspicious"
+            ev.reasons += [f"flagged: {f}" for f in ev.integrity.flags]
+            ev.reasons += [f"suspicious speedup: {ev.integrity.plausibility}"] if ev.integrity.plausibility else []
+
+    def _integrity(self, cand: Workspace) -> IntegrityResult:
+        """Refusals (test collection, start-up files, shadowing modules) and flags, before anything runs."""
+        if self._installed is None:
+            try:
+                self._installed = installed_top_level_modules("python", base_env())
+            except RuntimeError as e:
+                raise CheckError(str(e)) from None
+        changed = cand.changed_files()
+        diff = cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", cand.base_commit)
+        lines = {f.path: set(f.lines) for f in added_lines(diff)}
+        return check_integrity(cand.root, self.baseline().root, changed, installed=self._installed,
+                               is_test=lambda p: is_test_path(p, self.task.spec.protected), lines=lines)
 
     def _correctness(self, cand: Workspace, ev: Evaluation, changed) -> None:
         spec = self.task.spec.correctness
@@ -248,6 +274,7 @@ class Checker:
             "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
             "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
             "verdict": c.verdict, "precise": c.precise})
+        ref_speedup = None
         if "reference" in samples.values:
             r = compare(samples.values["baseline"], samples.values["reference"], spec.direction, spec.min_effect, seed)
             ref_speedup = speedup(r.ratio, spec.direction)
@@ -255,6 +282,10 @@ class Checker:
                 ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict,
                 samples=samples.values["reference"], speedup=ref_speedup,
                 fraction_of_reference=fraction_of_reference(speedup(c.ratio, spec.direction), ref_speedup))
+        problem = plausibility_problem(speedup(c.ratio, spec.direction), spec.max_speedup, ref_speedup)
+        if problem is not None and c.verdict == "faster":
+            ev.integrity.plausibility = problem
+            ev.perf.verdict = "suspicious"
 
     def close(self) -> None:
         """Remove every workspace this checker made."""
@@ -275,7 +306,7 @@ class Checker:
 def diff_stats(ws: Workspace) -> DiffStats:
     ws.changed_files()  # stages everything
     files, ins, dels = [], 0, 0
-    for line in ws.repo.git.diff("--cached", "--numstat", ws.base_commit).splitlines():
+    for line in ws.repo.git.diff("--cached", "--numstat", "--no-ext-diff", "--no-textconv", ws.base_commit).splitlines():
         a, d, path = line.split("\t", 2)
         files.append(path)
         ins += int(a) if a.isdigit() else 0

@@ -10,9 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
+from agent.checks.integrity import IntegrityResult
 from agent.checks.stats import Direction, PerfVerdict, speedup
 
-Verdict = Literal["pass", "fail", "unverified", "rejected", "error"]
+# "suspicious": the checks passed, but something needs a person first (flagged code, an implausible speedup).
+Verdict = Literal["pass", "fail", "unverified", "rejected", "suspicious", "error"]
 
 
 class CommandRun(BaseModel):
@@ -132,6 +134,7 @@ class Evaluation(BaseModel):
     quick: bool = False
     hygiene: Hygiene = Hygiene()
     protected_violations: list[str] = []
+    integrity: IntegrityResult = IntegrityResult()
     diff_stats: DiffStats = DiffStats()
     setup: CommandRun | None = None
     correctness: Correctness | None = None

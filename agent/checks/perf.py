@@ -49,9 +49,14 @@ class Samples:
 
 
 def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
-    """The value (and unit) of the JSON line whose "metric" is `metric`; the last one wins."""
+    """The value (and unit) of the one JSON line whose "metric" is `metric`.
+
+    More than one such line is an error: code under test could print a forged line of its own
+    (at exit, say), and "the last one wins" would let it.
+    """
     seen: list[str] = []
     found: tuple[float, str | None] | None = None
+    count = 0
     for line in output.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -64,6 +69,7 @@ def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
             continue
         seen.append(str(obj["metric"]))
         if obj["metric"] == metric:
+            count += 1
             try:
                 found = (float(obj["value"]), obj.get("unit"))
             except (KeyError, TypeError, ValueError):
@@ -71,6 +77,8 @@ def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
     if found is None:
         printed = ", ".join(dict.fromkeys(seen)) or "none"
         raise ValueError(f"metric {metric!r} not printed (metrics printed: {printed})")
+    if count > 1:
+        raise ValueError(f"metric {metric!r} printed {count} times; exactly one line is accepted")
     return found
 
 

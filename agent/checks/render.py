@@ -11,7 +11,7 @@ from rich.table import Table
 from agent.checks.models import CommandRun, Evaluation, PerfResult
 
 _COLOR = {"pass": "green", "fail": "red", "rejected": "red", "error": "red", "unverified": "yellow",
-          "faster": "green", "slower": "red", "no significant change": "yellow"}
+          "suspicious": "red", "faster": "green", "slower": "red", "no significant change": "yellow"}
 
 
 def compact_lines(names: list[str]) -> str:
@@ -101,6 +101,9 @@ def evaluation_table(ev: Evaluation) -> Group:
     t.add_row("patch hygiene", "ok" if ev.hygiene.ok else "[red]" + escape("; ".join(ev.hygiene.problems)) + "[/]")
     t.add_row("protected paths", "[red]touched: " + escape(", ".join(ev.protected_violations)) + "[/]"
               if ev.protected_violations else "untouched")
+    i = ev.integrity
+    t.add_row("integrity", escape(i.summary().removeprefix("integrity: ")) if i.refused or i.flags or i.plausibility
+              else "ok")
     d = ev.diff_stats
     t.add_row("diff", f"{len(d.files)} files, +{d.insertions} -{d.deletions}")
     if ev.setup is not None:

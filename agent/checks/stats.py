@@ -14,7 +14,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 Direction = Literal["lower", "higher"]
-PerfVerdict = Literal["faster", "slower", "no significant change"]
+# "suspicious": faster beyond the task's plausibility bound, with no reference to confirm it.
+PerfVerdict = Literal["faster", "slower", "no significant change", "suspicious"]
 
 
 class Comparison(BaseModel):
