@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from agent.batch_progress import BatchProgress
 from agent.batch_records import JobRecord, Ledger
 from agent.batch_summary import PLAN, BatchSummary, summarize_run, write_summary
 from agent.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job)
+from agent.runner import BadName, check_job, check_run_id
 from agent.task import Task
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
@@ -42,8 +44,9 @@ class BatchError(Exception):
 
 
 def model_slug(spec: str) -> str:
-    """A folder name for a model spec: anything but [A-Za-z0-9._-] becomes "-"; long ones end in a hash."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.strip()).strip("-.") or "model"
+    """A folder name for a model spec: anything but [A-Za-z0-9._-] becomes "-", it starts with a letter or
+    digit (a valid job name segment); long ones end in a hash."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.strip()).lstrip("-._").rstrip("-.") or "model"
     if len(slug) > MAX_SLUG:
         slug = slug[: MAX_SLUG - 9].rstrip("-.") + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
     return slug
@@ -73,6 +76,10 @@ def expand_jobs(tasks: Sequence[Task], models: Sequence[str], samples: int, *, c
     for t in tasks:
         if ids.setdefault(t.id, t.file) != t.file:
             raise BatchError(f"two tasks have the id {t.id!r}: {ids[t.id]} and {t.file}")
+        try:
+            check_job(t.id)  # the first segment of its jobs' names (a task id may be longer than a name)
+        except BadName as e:
+            raise BatchError(f"{t.file}: {e}") from None
     return [JobSpec(key=f"{t.id}/{model_slug(m)}/s{k}", task=t.id, task_file=str(t.file), model=m,
                     model_arg=model_arg(m, cwd), sample=k, requires_gpu=t.spec.requires_gpu,
                     has_reference=t.reference_patch is not None,
@@ -108,17 +115,24 @@ class BatchOutcome:
 
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """One batch process per run at a time; the kernel drops the lock if we are killed."""
+    """One batch process per run at a time; the kernel drops the lock if we are killed.
+
+    The descriptor is close-on-exec and no child is forked from this process (jobs fork from
+    the fork server), so no job or command can hold the lock after the batch is gone.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / ".batch.lock", "a+") as f:
+    fd = os.open(run_dir / ".batch.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise BatchError(f"run {run_dir.name} is in use by another batch process") from None
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def read_plan(run_dir: Path) -> dict:
@@ -159,6 +173,10 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
               console: Console | None = None, executor: Executor | None = None) -> BatchOutcome:
     """Run every job the ledger does not already hold as done; write summary.json and summary.md."""
     console = console or Console(stderr=True)
+    try:
+        check_run_id(cfg.run_id)
+    except BadName as e:
+        raise BatchError(str(e)) from None
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = out_dir / "results" / cfg.run_id
     jobs = expand_jobs(tasks, models, samples, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s)
@@ -242,11 +260,11 @@ def load_tasks(source: str | Path) -> list[Task]:
 
 def run_flags(*, base_url: str | None = None, stream: bool = False, max_turns: int | None = None,
               max_cost: float | None = None, timeout: float | None = None,
-              prices: str | None = None) -> tuple[str, ...]:
+              prices: str | None = None, allow_unsandboxed: bool = False) -> tuple[str, ...]:
     """The `perfagent run` flags every job of the batch gets."""
     flags: list[str] = []
     for name, value in (("--base-url", base_url), ("--max-turns", max_turns), ("--max-cost", max_cost),
                         ("--timeout", timeout), ("--prices", str(Path(prices).resolve()) if prices else None)):
         if value is not None:
             flags += [name, str(value)]
-    return (*flags, *(["--stream"] if stream else []))
+    return (*flags, *(["--stream"] if stream else []), *(["--allow-unsandboxed"] if allow_unsandboxed else []))

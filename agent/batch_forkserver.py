@@ -7,8 +7,12 @@ in every child (re-running an unguarded script); this server runs nothing but `p
 
 Protocol, JSON lines: requests on the server's stdin, {"id", "args", "cwd", "env", "log"};
 replies on its stdout, {"id", "pid"} after the fork and {"id", "exit"} when the child ends.
-EOF on stdin means the batch is gone: the server SIGKILLs its children and exits, and each
-child also dies with the server (PR_SET_PDEATHSIG), so a `kill -9` of the batch leaves no job.
+EOF on stdin (or SIGTERM, which the kernel sends when the batch dies) means the batch is gone:
+the server SIGKILLs its children and exits, and each child also dies with the server
+(PR_SET_PDEATHSIG), so a `kill -9` of the batch leaves no job. The server is also the
+reaper of every orphan its jobs leave (PR_SET_CHILD_SUBREAPER): a command in a session of its
+own, a `setsid -f` daemon or the commands of a killed job come to it, and it kills them, so
+nothing of the batch is left running and `--resume` can start at once.
 """
 
 from __future__ import annotations
@@ -21,21 +25,61 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PRELOAD = ("agent.cli", "agent.runner", "agent.checks")
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+CLEANUP_S = 5.0  # how long the server keeps killing what its jobs left before it gives up and exits
 
 
-def die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this process when its parent dies; exit now if it already has."""
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Linux: send `sig` to this process when its parent dies; exit now if it already has."""
     try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(sig))
     except (OSError, AttributeError):
         return
     if os.getppid() != parent:
         os._exit(1)
+
+
+def adopt_orphans() -> None:
+    """Linux: orphaned descendants of this process become its children instead of init's."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except (OSError, AttributeError):
+        pass
+
+
+def child_pids() -> set[int]:
+    """This process's children (zombies included), from /proc."""
+    me, pids = os.getpid(), set()
+    listed = list(Path(f"/proc/{me}/task").glob("*/children"))
+    for f in listed:
+        try:
+            pids.update(int(p) for p in f.read_text().split())
+        except (OSError, ValueError):
+            pass
+    if listed:
+        return pids
+    for stat in Path("/proc").glob("[0-9]*/stat"):  # a kernel without /proc/<pid>/task/<tid>/children
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
+                pids.add(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a child and, if it leads a process group (a command's own session), that whole group."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 # -- client side (in the batch) -----------------------------------------------------------------
@@ -123,49 +167,92 @@ class ForkedJob:
 
 
 # -- server side ------------------------------------------------------------------------------------
+class _BatchGone(Exception):
+    """SIGTERM: the batch died (PR_SET_PDEATHSIG) or someone wants the server gone."""
+
+
+def _batch_gone(signum: int, frame: object) -> None:
+    raise _BatchGone()
+
+
 def serve(parent: int) -> None:
-    die_with_parent(parent)
+    die_with_parent(parent, signal.SIGTERM)  # not SIGKILL: the server cleans up before it goes
+    signal.signal(signal.SIGTERM, _batch_gone)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the batch and the jobs; we go on EOF
-    for name in PRELOAD:
-        __import__(name)
+    adopt_orphans()
     children: dict[int, int] = {}  # pid -> request id
+    try:
+        for name in PRELOAD:
+            __import__(name)
+        _serve(children)
+    except _BatchGone:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _end_all()
+
+
+def _serve(children: dict[int, int]) -> None:
     buf = b""
+    server = os.getpid()
     while True:
         ready, _, _ = select.select([0], [], [], 0.2)
         if ready:
             chunk = os.read(0, 1 << 16)
             if not chunk:
-                break
+                return
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 req = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _child(req)  # never returns
+                    _child(req, server)  # never returns
                 children[pid] = req["id"]
                 _reply({"id": req["id"], "pid": pid})
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            _reply({"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
-    for pid in children:
+        for pid, code in _reap():
+            if pid in children:
+                _reply({"id": children.pop(pid), "exit": code})
+        for pid in child_pids() - set(children):  # adopted: left behind by a job's command or a dead job
+            kill_tree(pid)
+
+
+def _reap() -> list[tuple[int, int]]:
+    """(pid, exit code) of every child that has ended, jobs and adopted orphans alike."""
+    out = []
+    while True:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return out
+        if pid == 0:
+            return out
+        out.append((pid, os.waitstatus_to_exitcode(status)))
+
+
+def _end_all() -> None:
+    """Kill every job, then whatever each leaves as it dies (it is adopted here), until nothing is left."""
+    deadline = time.monotonic() + CLEANUP_S
+    while time.monotonic() < deadline:
+        _reap()
+        pids = child_pids()
+        if not pids:
+            return
+        for pid in pids:
+            kill_tree(pid)
+        time.sleep(0.02)
 
 
 def _reply(msg: dict) -> None:
     os.write(1, (json.dumps(msg) + "\n").encode())
 
 
-def _child(req: dict) -> None:
+def _child(req: dict, server: int) -> None:
     """In the fork: become `perfagent run <args>` with the job's cwd, environment and log."""
     code = 1
     try:
-        die_with_parent(os.getppid())
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the server's handler
+        die_with_parent(server)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)

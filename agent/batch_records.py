@@ -109,11 +109,15 @@ def figures_from_report(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_retryable(report: dict[str, Any]) -> str | None:
-    """Why a written report still counts as a failed job, else None: a provider's API failed
-    mid-run, which a retry may not meet again. Offline models (rules, replay; see
-    loop.OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
+    """Why a written report still counts as a failed job, else None: the run was interrupted (SIGINT,
+    SIGTERM), or a provider's API failed mid-run, which a retry may not meet again. Offline models
+    (rules, replay; see loop.OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
     result = str(report.get("result") or "")
-    if report.get("subtype") != "error_during_execution" or not result.startswith("model error"):
+    if report.get("subtype") != "error_during_execution":
+        return None
+    if result.startswith("interrupted"):
+        return result
+    if not result.startswith("model error"):
         return None
     used = set(report.get("modelUsage") or {})
     return None if used and used <= OFFLINE_MODELS else result

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +20,8 @@ from agent.task import Task, TaskError, load_task_set
 from agent.workspace import PatchError, WorkspaceError
 
 EXIT_BAD_INPUT = 2
+# Providers whose models are real, untrusted agents: their commands run only in a complete sandbox.
+API_PROVIDERS = ("anthropic", "openai")
 
 
 class UserError(Exception):
@@ -67,26 +73,84 @@ def _prices(args: argparse.Namespace):
     return load_prices(Path(args.prices) if args.prices else None)
 
 
+def _checked_names(run_id: str | None, job: str | None = None) -> None:
+    """Run ids and job names are plain folder names (the runner's check), so no output lands outside --out."""
+    from agent.runner import BadName, check_job, check_run_id
+
+    try:
+        if run_id is not None:
+            check_run_id(run_id)
+        if job is not None:
+            check_job(job)
+    except BadName as e:
+        raise UserError(str(e)) from None
+
+
+def _require_sandbox(specs: list[str], allowed: bool) -> None:
+    """Refuse to let a real API model's commands run where the sandbox is incomplete, unless allowed."""
+    api = [s.strip() for s in specs if s.strip().partition(":")[0] in API_PROVIDERS]
+    if not api or allowed:
+        return
+    from agent.sandbox import isolation
+
+    iso = isolation()
+    if not iso.complete:
+        raise UserError(f"refusing to run {api[0]} unsandboxed ({iso.mode} here): not isolated: "
+                        f"{'; '.join(iso.missing)}; install bubblewrap, or pass --allow-unsandboxed to run anyway")
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted in the main thread, so the run writes its report, its best
+    patch so far and cleans up. Only the first one raises: a second one must not cut that short."""
+    from agent.loop import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    # An ignored signal (nohup, a background job) stays ignored.
+    old = {s: h for s in (signal.SIGINT, signal.SIGTERM) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
     import json
 
-    from agent.loop import Limits
+    from agent.loop import Limits, signal_exit_code
     from agent.models import make_model
     from agent.progress import RunProgress
     from agent.runner import new_run_id, run_task
 
+    _checked_names(args.run_id, args.job)  # before anything is read or written
     task = _load_one_task(args.task)
+    if args.job is None:
+        _checked_names(None, task.id)  # the default job name
     model = make_model(args.model, base_url=args.base_url, stream=args.stream, task=task)
+    _require_sandbox([args.model], args.allow_unsandboxed)
     limits = Limits.of(task, max_turns=args.max_turns, max_cost_usd=args.max_cost, timeout_s=args.timeout)
     run_id = args.run_id or new_run_id()
     kwargs = dict(out_dir=Path(args.out), run_id=run_id, job=args.job, prices=_prices(args), limits=limits,
                   keep_workspace=args.keep_workspace)
     err = Console(stderr=True)
-    if args.quiet or args.json:
-        result = run_task(task, model, **kwargs)
-    else:
-        with RunProgress(err, f"{task.id} · {model.name}") as progress:
-            result = run_task(task, model, on_event=progress, **kwargs)
+    with _signals_interrupt():
+        if args.quiet or args.json:
+            result = run_task(task, model, **kwargs)
+        else:
+            with RunProgress(err, f"{task.id} · {model.name}") as progress:
+                result = run_task(task, model, on_event=progress, **kwargs)
     report = result.report
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -97,7 +161,7 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
     if report["is_error"]:
         err.print(f"[red]error:[/] {report['subtype']}: {escape(str(report['result']))} (outputs in {result.paths.report.parent})",
                   highlight=False)
-        return 1
+        return signal_exit_code(result.outcome.interrupted) if result.outcome.interrupted else 1
     return 0
 
 
@@ -180,6 +244,7 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
 
     if args.resume and not args.run_id:
         raise UserError("--resume needs the --run-id of the batch to continue")
+    _checked_names(args.run_id)
     run_id = args.run_id or new_run_id()
     plan = read_plan(Path(args.out).resolve() / "results" / run_id) if args.resume else {}
     source = args.set or plan.get("source")
@@ -187,7 +252,9 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
         raise UserError("name a task set: a task-set file or a directory of tasks")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else plan.get("models", ["rules"])
     flags = run_flags(base_url=args.base_url, stream=args.stream, max_turns=args.max_turns, max_cost=args.max_cost,
-                      timeout=args.timeout, prices=args.prices) or tuple(plan.get("run_args", ()))
+                      timeout=args.timeout, prices=args.prices, allow_unsandboxed=args.allow_unsandboxed,
+                      ) or tuple(plan.get("run_args", ()))
+    _require_sandbox(models, "--allow-unsandboxed" in flags)
     cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers, executor=args.executor,
                       gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None,
                       resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
@@ -252,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=".", help="folder that receives results/ and patches/")
     r.add_argument("--prices", default=None, help="JSON file of per-million-token prices overriding the built-in table")
     r.add_argument("--keep-workspace", action="store_true")
+    r.add_argument("--allow-unsandboxed", action="store_true",
+                   help="let an API model run where the sandbox is incomplete (the report lists what is not isolated)")
     r.add_argument("--quiet", action="store_true", help="no progress, no summary")
     r.add_argument("--json", action="store_true", help="print report.json to stdout")
     r.set_defaults(func=cmd_run)
@@ -292,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--timeout", {"type": float}), ("--prices", {})):
         b.add_argument(flag, default=None, help="passed to every job's run", **kw)
     b.add_argument("--stream", action="store_true", help="passed to every job's run")
+    b.add_argument("--allow-unsandboxed", action="store_true", help="passed to every job's run")
     b.add_argument("--quiet", action="store_true", help="no live progress")
     b.set_defaults(func=cmd_batch)
     rv = sub.add_parser("review", help="terminal view of a run or batch: verdicts, speedups, diffs, checks, cost")
@@ -320,9 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, TaskError, ModelError, WorkspaceError, PatchError) as e:
         err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
-        return 130
+        return getattr(e, "exit_code", 130)
     except Exception as e:  # noqa: BLE001 — a user sees one line; PERFAGENT_DEBUG=1 shows the traceback
         if os.environ.get("PERFAGENT_DEBUG"):
             raise

@@ -74,9 +74,16 @@ def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
 
 
 def clear_job(out_dir: Path | str, run_id: str, key: str) -> None:
-    """Remove what an interrupted attempt left, so a re-run starts clean and nothing stale is read."""
-    for folder in job_paths(out_dir, run_id, key):
-        shutil.rmtree(folder, ignore_errors=True)
+    """Remove what an interrupted attempt left, so a re-run starts clean and nothing stale is read.
+
+    Only ever below `out_dir`'s results/ and patches/: a folder that resolves anywhere else (a
+    symlink, a `..` in the key) is left alone.
+    """
+    out = Path(out_dir).resolve()
+    for folder, top in zip(job_paths(out, run_id, key), ("results", "patches")):
+        real = folder.resolve()
+        if real != out / top and real.is_relative_to(out / top):
+            shutil.rmtree(real, ignore_errors=True)
 
 
 def run_argv(job: JobSpec, cfg: LaunchConfig) -> list[str]:

@@ -1,11 +1,13 @@
 """One run: a task, a model, one sample. Workspace -> loop -> final checks -> the three outputs.
 
 The best passing candidate is what gets emitted, not merely the last state: a model that
-breaks a good change after checking it should not lose that change.
+breaks a good change after checking it should not lose that change. An interrupted run
+(SIGINT, SIGTERM) still writes its report and that best candidate, and grades nothing new.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -15,15 +17,38 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.checks import Checker, Evaluation, summarize
-from agent.loop import Limits, Outcome, Trajectory, run_loop
+from agent.loop import Limits, Outcome, Trajectory, interrupted_by, run_loop
 from agent.models import make_model
 from agent.models.base import Model
 from agent.models.pricing import PriceTable
 from agent.report import atomic_write, build_report, write_json
-from agent.sandbox import isolation_mode, isolation_warning
+from agent.sandbox import isolation
 from agent.task import Task
 from agent.tools import Toolbox
 from agent.workspace import Workspace
+
+
+# A run id, and each `/`-separated segment of a job name: a plain folder name, never `..` or absolute.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class BadName(ValueError):
+    """A run id or job name that is not a plain folder name: one line for the user."""
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if it is a safe folder name; the one check every command and the runner share."""
+    if not NAME.fullmatch(run_id):
+        raise BadName(f"invalid run id {run_id!r}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
+    return run_id
+
+
+def check_job(job: str) -> str:
+    """`job` if it is one or more `/`-separated safe folder names (batch jobs are task/model/s<k>)."""
+    if not all(NAME.fullmatch(part) for part in job.split("/")):
+        raise BadName(f"invalid job name {job!r}: use /-separated names of 1-128 of A-Z a-z 0-9 . _ -, "
+                      "each starting with a letter or digit")
+    return job
 
 
 def new_run_id() -> str:
@@ -39,7 +64,8 @@ class RunPaths:
 
     @classmethod
     def of(cls, out_dir: Path, run_id: str, job: str) -> "RunPaths":
-        res = out_dir / "results" / run_id / job
+        """The outputs of a job; BadName for a run id or job that could lead outside `out_dir`."""
+        res = out_dir / "results" / check_run_id(run_id) / check_job(job)
         return cls(res / "report.json", res / "trajectory.jsonl", res / "checks.json",
                    out_dir / "patches" / run_id / job / "model_patch.diff")
 
@@ -93,6 +119,12 @@ def run_task(
     checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
     candidates = Candidates()
     checks_log: list[dict[str, Any]] = []
+    start = time.monotonic()
+    ws: Workspace | None = None
+    tools: Toolbox | None = None
+    outcome = Outcome()
+    trajectory: Trajectory | None = None
+    unsealed: list[str] = []
 
     def grade(full: bool, perf: bool = True) -> Evaluation:
         diff = ws.diff()
@@ -114,28 +146,55 @@ def run_task(
         return ev.verdict == "pass", summarize(ev)
 
     try:
-        ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
-        tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
-                        command_timeout_s=min(600.0, limits.timeout_s))
-        outcome = run_loop(task, model, tools, limits=limits, prices=prices,
-                           grade_submission=grade_submission, trajectory=Trajectory(paths.trajectory),
-                           on_event=on_event)
-        warning = isolation_warning(isolation_mode())
-        if warning:
-            outcome.warnings.append(warning)
-        final_diff, evaluation = _final(ws, candidates, checker, outcome, on_event)
+        try:
+            unsealed = isolation_warnings()
+            ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
+            tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
+                            command_timeout_s=min(600.0, limits.timeout_s))
+            trajectory = Trajectory(paths.trajectory)
+            outcome = run_loop(task, model, tools, limits=limits, prices=prices,
+                               grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)
+            if outcome.interrupted is None:
+                final_diff, evaluation = _final(ws, candidates, checker, outcome, on_event)
+        except KeyboardInterrupt as e:  # before the loop, or during the final evaluation
+            outcome.interrupt(interrupted_by(e))
+            outcome.duration_s = time.monotonic() - start
+            (trajectory or Trajectory(paths.trajectory)).add("interrupted", turn=outcome.num_turns,
+                                                             signal=outcome.interrupted)
+        if outcome.interrupted is not None:
+            final_diff, evaluation = _salvage(candidates, outcome.interrupted)
+        outcome.warnings += unsealed
+        if evaluation is not None:
+            evaluation["warnings"] = outcome.warnings
+        report = build_report(outcome, session_id=session_id, evaluation=evaluation,
+                              permission_denials=tools.denials if tools else [])
         atomic_write(paths.patch, final_diff)
-        denials = tools.denials
+        write_json(paths.report, report)
     finally:
-        checker.close()
-        if not keep_workspace:
-            shutil.rmtree(work, ignore_errors=True)
-
-    if evaluation is not None:
-        evaluation["warnings"] = outcome.warnings
-    report = build_report(outcome, session_id=session_id, evaluation=evaluation, permission_denials=denials)
-    write_json(paths.report, report)
+        try:
+            checker.close()
+        finally:
+            if not keep_workspace:
+                shutil.rmtree(work, ignore_errors=True)
     return RunResult(report, paths, outcome)
+
+
+def isolation_warnings() -> list[str]:
+    """One report warning per aspect of the sandbox that is missing on this machine."""
+    iso = isolation()
+    return [f"not isolated ({iso.mode} sandbox): {aspect}" for aspect in iso.missing]
+
+
+def _salvage(candidates: Candidates, signal_name: str) -> tuple[str, dict[str, Any]]:
+    """What an interrupted run emits, grading nothing new: the best passing candidate with the
+    evaluation it already has, else nothing (an unchecked change is never emitted)."""
+    best = candidates.best_passing()
+    if best is None:
+        return "", {"verdict": "no-change", "note": f"interrupted by {signal_name} before any candidate passed"}
+    diff, ev, full = best
+    data = ev.model_dump(mode="json")
+    data["emitted"] = f"best passing candidate ({'full' if full else 'quick'} evaluation; interrupted by {signal_name})"
+    return diff, data
 
 
 def _final(ws: Workspace, candidates: Candidates, checker: Checker, outcome: Outcome,

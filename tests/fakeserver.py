@@ -16,9 +16,10 @@ both wire formats, plain JSON and SSE streaming, exactly as the providers send t
         server.requests[0].body["messages"]  # what the client sent
 
 Each POST takes the next scripted item, whichever endpoint it hits. An item is a
-`Turn` (text, tool calls, usage), a `Fail` (an injected error status), or a callable
-that gets the `Recorded` request and returns one of those (for replies that depend on
-what the agent sent). An exhausted script answers 400, which clients do not retry.
+`Turn` (text, tool calls, usage), a `Fail` (an injected error status), a `Hang` (no answer
+at all), or a callable that gets the `Recorded` request and returns one of those (for
+replies that depend on what the agent sent). An exhausted script answers 400, which
+clients do not retry.
 """
 
 from __future__ import annotations
@@ -71,7 +72,14 @@ class Fail:
     mid_stream: bool = False
 
 
-Item = Union[Turn, Fail, Callable[["Recorded"], Union[Turn, Fail]]]
+@dataclass
+class Hang:
+    """Never answer: hold the request open until the server stops (or `seconds` pass), then hang up."""
+
+    seconds: float | None = None
+
+
+Item = Union[Turn, Fail, Hang, Callable[["Recorded"], Union[Turn, Fail, Hang]]]
 
 
 def tool_call(name: str, input: Union[dict, str, None] = None, /, **kwargs) -> ToolUse:
@@ -91,6 +99,10 @@ def rate_limited(retry_after: float = 1) -> Fail:
     value = str(int(retry_after)) if float(retry_after).is_integer() else str(retry_after)
     return Fail(429, "rate_limit_error", "Number of requests has exceeded your rate limit",
                 headers={"retry-after": value})
+
+
+def hang(seconds: float | None = None) -> Hang:
+    return Hang(seconds)
 
 
 def auth_error() -> Fail:
@@ -316,6 +328,7 @@ class FakeServer:
         self._count = 0
         self._httpd = _HTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # releases requests held by a `Hang`
 
     @property
     def url(self) -> str:
@@ -356,6 +369,7 @@ class FakeServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -367,7 +381,7 @@ class FakeServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _next(self, req: Recorded) -> tuple[Turn | Fail, int]:
+    def _next(self, req: Recorded) -> tuple[Turn | Fail | Hang, int]:
         with self._lock:
             self._requests.append(req)
             self._count += 1
@@ -401,6 +415,10 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"fakeserver: no route {path}"}})
                 return
             item, n = server._next(req)
+            if isinstance(item, Hang):
+                server._stopping.wait(item.seconds)
+                self.close_connection = True
+                return
             if isinstance(item, Fail) and not (item.mid_stream and req.stream and api is Anthropic):
                 self._send(item.status, api.error(item), item.headers)
             elif isinstance(item, Fail):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
+from agent.batch import (BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch,
+                         run_flags)
 from agent.batch_records import JobRecord, Ledger, Tokens, commands_seconds, is_retryable
 from agent.batch_summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
                                  summarize_run, summary_markdown, summary_tables)
@@ -199,6 +200,13 @@ def test_only_a_providers_api_error_is_a_failed_job():
     replay_ran_out = {**api_down, "modelUsage": {"replay": {}}}  # deterministic: retrying changes nothing
     assert is_retryable(replay_ran_out) is None
     assert is_retryable({"subtype": "error_max_turns", "result": "stopped"}) is None
+    interrupted = {"subtype": "error_during_execution", "result": "interrupted by SIGTERM", "modelUsage": {"replay": {}}}
+    assert is_retryable(interrupted) == "interrupted by SIGTERM"  # not the agent's doing: run it again
+
+
+def test_run_flags_pass_allow_unsandboxed_to_every_job():
+    assert run_flags(timeout=3, allow_unsandboxed=True) == ("--timeout", "3", "--allow-unsandboxed")
+    assert "--allow-unsandboxed" not in run_flags(stream=True)
 
 
 def test_commands_time_counts_each_grading_once(tmp_path):

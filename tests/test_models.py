@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import socket
+import time
 
 import pytest
 
@@ -215,6 +216,28 @@ def test_anthropic_429_honours_retry_after(fake_server):
     assert r.text == "ok"
     assert 0.95 <= second.at - first.at < 3  # waited what the server asked, not the 0.5 s default
     assert r.api_duration_s >= 0.95  # retries count as API time
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("make", [claude, local], ids=["anthropic", "openai"])
+def test_retry_after_beyond_the_runs_deadline_is_not_slept_out(fake_server, make, stream):
+    """A 429 asking for an hour, with 5 s left: an error now that says why, not an hour's sleep."""
+    fake_server.script([rate_limited(retry_after=3600), reply("too late")])
+    model = make(fake_server, stream=stream)
+    model.deadline.at = time.monotonic() + 5
+    start = time.monotonic()
+    with pytest.raises(ModelError, match=r"429 .*the server asked to retry after 3600s, longer than the [0-9.]+s left"):
+        model.complete(SYSTEM, FIRST, TOOLS)
+    assert time.monotonic() - start < 3 and len(fake_server.requests) == 1
+
+
+def test_retry_after_within_the_deadline_is_still_honoured(fake_server):
+    fake_server.script([rate_limited(retry_after=1), reply("ok")])
+    model = claude(fake_server)
+    model.deadline.at = time.monotonic() + 30
+    assert model.complete(SYSTEM, FIRST, TOOLS).text == "ok"
+    gap = fake_server.requests[1].at - fake_server.requests[0].at
+    assert len(fake_server.requests) == 2 and gap >= 0.9
 
 
 def test_anthropic_401_is_one_line_and_not_retried(fake_server):

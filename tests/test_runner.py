@@ -59,7 +59,8 @@ def script():
 def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server, stream):
     fake_server.script(script())
     tmp = task_file.parent
-    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp), "--quiet"]
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp), "--quiet",
+            "--allow-unsandboxed"]  # whatever this machine's sandbox: test_unsandboxed_api_run_* covers the refusal
     res = perfagent(args + (["--stream"] if stream else []), tmp,
                     ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
     assert res.returncode == 0, res.stderr
@@ -89,7 +90,8 @@ def test_api_error_is_one_line_and_keeps_results(task_file, fake_server):
     fake_server.script([auth_error()])
     tmp = task_file.parent
     res = perfagent(["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r2",
-                     "--out", str(tmp), "--quiet"], tmp, ANTHROPIC_API_KEY="bad", ANTHROPIC_BASE_URL=fake_server.url)
+                     "--out", str(tmp), "--quiet", "--allow-unsandboxed"], tmp, ANTHROPIC_API_KEY="bad",
+                    ANTHROPIC_BASE_URL=fake_server.url)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "401" in res.stderr and res.stderr.strip().count("\n") == 0
     report = json.loads((tmp / "results/r2/tiny/report.json").read_text())
@@ -110,3 +112,39 @@ def test_bad_model_is_one_line_exit_2(task_file, args, needle):
 def test_missing_task_is_one_line_exit_2(tmp_path):
     res = perfagent(["run", str(tmp_path / "nope.toml")], tmp_path)
     assert res.returncode == 2 and "task file not found" in res.stderr
+
+
+def without_bwrap(tmp: Path) -> str:
+    """A PATH with git and bash but neither bwrap nor unshare: the sandbox is incomplete there."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("git", "bash", "sh"):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
+    tmp = task_file.parent
+    path = without_bwrap(tmp)
+    probe = subprocess.run([sys.executable, "-c", "import json; from agent.sandbox import isolation; "
+                            "print(json.dumps(isolation().missing))"], capture_output=True, text=True,
+                           env={"PATH": path, "HOME": str(tmp)}, cwd=tmp)
+    missing = json.loads(probe.stdout)
+    assert missing, "the sandbox should be incomplete without bwrap"
+    keys = dict(PATH=path, ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "u", "--out", str(tmp), "--quiet"]
+    res = perfagent(args, tmp, COLUMNS="1000", **keys)
+    assert res.returncode == 2 and res.stderr.startswith("error: refusing to run anthropic:claude-sonnet-4-6 unsandboxed")
+    assert "--allow-unsandboxed" in res.stderr and missing[0] in res.stderr and res.stderr.count("\n") == 1
+    assert not (tmp / "results").exists() and not fake_server.requests
+    batch = perfagent(["batch", str(task_file), "--models", "rules,anthropic:claude-sonnet-4-6", "--out", str(tmp),
+                       "--quiet"], tmp, COLUMNS="1000", **keys)
+    assert batch.returncode == 2 and "--allow-unsandboxed" in batch.stderr and not (tmp / "results").exists()
+
+    fake_server.script(script())
+    res = perfagent(args + ["--allow-unsandboxed"], tmp, **keys)
+    assert res.returncode == 0, res.stderr
+    warnings = json.loads((tmp / "results/u/tiny/report.json").read_text())["evaluation"]["warnings"]
+    for aspect in missing:
+        assert any(aspect in w for w in warnings), (aspect, warnings)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import anthropic
 
-from .base import DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, ModelError, Reply, ToolCall, Usage, one_line
+from .base import DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, Deadline, ModelError, Reply, ToolCall, Usage, one_line
 
 
 MAX_CACHE_BREAKPOINTS = 4  # the API rejects requests with more
@@ -170,8 +170,11 @@ class AnthropicModel:
         self.stream = stream
         self.max_retries = max_retries
         self.max_tokens = max_tokens
+        self.deadline = Deadline()  # set by the loop: bounds every request and every retry-after wait
         try:
-            self._client = anthropic.Anthropic(base_url=base_url, max_retries=max_retries)
+            hooks = {"response": [self.deadline.on_response]}
+            self._client = anthropic.Anthropic(base_url=base_url, max_retries=max_retries,
+                                               http_client=anthropic.DefaultHttpxClient(event_hooks=hooks))
         except (anthropic.AnthropicError, ValueError, TypeError) as err:
             raise ModelError(f"anthropic: cannot create client: {one_line(err)}") from err
         c = self._client
@@ -182,20 +185,26 @@ class AnthropicModel:
     def base_url(self) -> str:
         return str(self._client.base_url)
 
+    def _api(self) -> anthropic.Anthropic:
+        """The client, with each request bounded by the time the run has left."""
+        timeout = self.deadline.timeout()
+        return self._client if timeout is None else self._client.with_options(timeout=timeout)
+
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
         params = with_cache_breakpoints(system, messages, tools).params(self.model, self.max_tokens)
         start = time.perf_counter()
+        self.deadline.refused = None
         try:
-            message = self._stream(params) if self.stream else self._client.messages.create(**params)
+            message = self._stream(params) if self.stream else self._api().messages.create(**params)
         except (anthropic.AnthropicError, ValueError) as err:
-            raise ModelError(describe_error(err, self.base_url)) from err
+            raise ModelError(self.deadline.explain(describe_error(err, self.base_url))) from err
         return reply_from_message(message.to_dict(mode="json"), time.perf_counter() - start)
 
     def _stream(self, params: dict):
         """Stream and assemble the final message; retry errors that arrive mid-stream."""
         for attempt in range(self.max_retries + 1):
             try:
-                with self._client.messages.stream(**params) as stream:
+                with self._api().messages.stream(**params) as stream:
                     return stream.get_final_message()
             except anthropic.APIStatusError as err:
                 if err.status_code != 200 or err.type not in RETRYABLE_STREAM_ERRORS:

@@ -15,12 +15,16 @@ Tools are Anthropic-style ``{"name", "description", "input_schema"}``.
 
 from __future__ import annotations
 
+import email.utils
+import time
 from dataclasses import asdict, dataclass, fields
-from typing import Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 # Retries after the first attempt, for 429 / 5xx / 529 overloaded. The SDKs' default (2)
 # gives up within ~1.5 s; an agent run is long, so wait out a short overload instead.
 DEFAULT_MAX_RETRIES = 5
+# The SDKs' own default read timeout; a request is never given longer, whatever time is left.
+REQUEST_TIMEOUT_S = 600.0
 
 # Why this default: the installed SDK (2.12.0) lists its known models in
 # `anthropic.types.model.Model`, newest first, and the ones past or near end of life in
@@ -84,9 +88,61 @@ class ModelError(Exception):
 
 @runtime_checkable
 class Model(Protocol):
+    # Adapters that call an API over HTTP also have `deadline: Deadline` (below), which the loop sets.
     name: str  # the spec, e.g. "anthropic:claude-sonnet-4-5"
 
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply: ...
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for, in seconds (`retry-after-ms`, or `retry-after` as seconds or a date)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return float(value) / scale
+        except ValueError:
+            date = email.utils.parsedate_tz(value)
+            if date is not None:
+                return float(email.utils.mktime_tz(date) - time.time())
+    return None
+
+
+class Deadline:
+    """When the run must end, for adapters that call an API over HTTP.
+
+    The loop sets `at` (time.monotonic()); the adapter bounds each request by the time left
+    and installs `on_response` as an httpx response hook. The SDKs sleep out any `retry-after`
+    (3600 s included): a wait longer than the time left is turned into an immediate error
+    instead (the SDKs obey `x-should-retry: false`), and `explain` says why.
+    """
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.refused: tuple[float, float] | None = None  # (wait asked for, time left) of the last refusal
+
+    def left(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def timeout(self, longest: float = REQUEST_TIMEOUT_S) -> float | None:
+        """A per-request timeout: the time left (at least a moment), at most `longest`; None without a deadline."""
+        left = self.left()
+        return None if left is None else max(0.05, min(longest, left))
+
+    def on_response(self, response: Any) -> None:
+        wait, left = retry_after_s(response.headers), self.left()
+        if response.status_code >= 400 and wait is not None and left is not None and wait > left:
+            response.headers["x-should-retry"] = "false"
+            self.refused = (wait, left)
+
+    def explain(self, message: str) -> str:
+        """`message`, plus why it was not retried when a `retry-after` outlasted the run."""
+        if self.refused is None:
+            return message
+        (wait, left), self.refused = self.refused, None
+        return one_line(f"{message}; the server asked to retry after {wait:.0f}s, longer than the {left:.1f}s "
+                        "left before the run's timeout", limit=500)
 
 
 def one_line(text: object, limit: int = 300) -> str:

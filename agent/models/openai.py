@@ -15,7 +15,7 @@ from typing import Iterable
 
 import openai
 
-from .base import DEFAULT_MAX_RETRIES, ModelError, Reply, ToolCall, Usage, one_line
+from .base import DEFAULT_MAX_RETRIES, Deadline, ModelError, Reply, ToolCall, Usage, one_line
 
 # Local servers ignore the key, but the SDK refuses to start without one.
 PLACEHOLDER_API_KEY = "not-needed"
@@ -254,8 +254,11 @@ class OpenAIModel:
             if base_url is None:
                 raise ModelError("openai: no API key: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server")
             api_key = PLACEHOLDER_API_KEY
+        self.deadline = Deadline()  # set by the loop: bounds every request and every retry-after wait
         try:
-            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries)
+            hooks = {"response": [self.deadline.on_response]}
+            self._client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries,
+                                         http_client=openai.DefaultHttpxClient(event_hooks=hooks))
         except (openai.OpenAIError, ValueError) as err:
             raise ModelError(f"openai: cannot create client: {one_line(err)}") from err
 
@@ -270,14 +273,15 @@ class OpenAIModel:
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
         start = time.perf_counter()
+        self.deadline.refused = None
+        timeout = self.deadline.timeout()
+        api = self._client if timeout is None else self._client.with_options(timeout=timeout)
         try:
             if self.stream:
-                chunks = self._client.chat.completions.create(
-                    **params, stream=True, stream_options={"include_usage": True}
-                )
+                chunks = api.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
                 raw = assemble_stream(c.to_dict(mode="json") for c in chunks)
             else:
-                raw = self._client.chat.completions.create(**params).to_dict(mode="json")
+                raw = api.chat.completions.create(**params).to_dict(mode="json")
         except (openai.OpenAIError, ValueError) as err:
-            raise ModelError(describe_error(err, self.base_url)) from err
+            raise ModelError(self.deadline.explain(describe_error(err, self.base_url))) from err
         return reply_from_completion(raw, time.perf_counter() - start)
