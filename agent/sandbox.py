@@ -36,8 +36,10 @@ PASSTHROUGH_ENV = (
     "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_HOME",
 )
-# Home folders are hidden wholesale; see `_home_binds` for what is mounted back.
+# Home folders are hidden wholesale, /tmp and /var/tmp replaced by private ones; `_needed_binds`
+# says what is mounted back from under them.
 HIDDEN_HOMES = ("/root", "/home")
+PRIVATE_TMPS = ("/tmp", "/var/tmp")
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                "/dev/nvidia-caps", "/dev/dri")
 # What each isolation mode leaves open, in words a report can carry.
@@ -134,16 +136,15 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 # -- the bubblewrap command line ----------------------------------------------------------------
 def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str]) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--tmpfs", "/var/tmp"]
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for tmp in PRIVATE_TMPS:
+        argv += ["--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
         argv += ["--dev-bind-try", dev, dev]
     homes = _hidden_homes()
     for home in homes:
         argv += ["--tmpfs", str(home)]
-    for path in _home_binds(homes, env):
-        argv += ["--ro-bind-try", str(path), str(path)]
-    for path in _readable(env):  # our own helper folders (PYTHONPATH) that live under the hidden /tmp
+    for path in _needed_binds([*homes, *map(Path, PRIVATE_TMPS)], env):
         argv += ["--ro-bind-try", str(path), str(path)]
     for path in (cwd, *writable):
         argv += ["--bind", str(path), str(path)]
@@ -161,26 +162,22 @@ def _hidden_homes() -> list[Path]:
     return sorted(h for h in homes if h != Path("/") and h.is_dir())
 
 
-def _home_binds(homes: list[Path], env: dict[str, str]) -> list[Path]:
-    """Folders under a hidden home that commands still need: Python prefixes and PATH entries."""
+def _needed_binds(hidden: list[Path], env: dict[str, str]) -> list[Path]:
+    """Folders under a hidden one that commands still need, read-only: the Python prefixes (a venv in
+    a temp checkout, pyenv under ~), PATH entries, PYTHONPATH (our check hook) and what the user names."""
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
               sysconfig.get_paths().get("purelib", ""), env.get("VIRTUAL_ENV", "")}
     python = shutil.which("python", path=env.get("PATH"))
     if python:
         wanted.add(str(Path(os.path.realpath(python)).parent.parent))
-    wanted |= set(env.get("PATH", "").split(os.pathsep))
-    wanted |= set(os.environ.get("PERFAGENT_SANDBOX_READ", "").split(os.pathsep))
-    out = []
+    for var, source in (("PATH", env), ("PYTHONPATH", env), ("PERFAGENT_SANDBOX_READ", os.environ)):
+        wanted |= set(source.get(var, "").split(os.pathsep))
+    out = set()
     for w in filter(None, wanted):
         real = Path(os.path.realpath(w))
-        if real.exists() and any(h in real.parents for h in homes):
-            out.append(real)
-    return sorted(set(out))
-
-
-def _readable(env: dict[str, str]) -> list[Path]:
-    paths = [Path(os.path.realpath(p)) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [p for p in paths if p.exists()]
+        if real.exists() and any(h in real.parents for h in hidden):
+            out.add(real)
+    return sorted(out)
 
 
 def _alternates(objects: Path, depth: int = 0) -> list[Path]:

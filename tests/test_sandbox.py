@@ -142,3 +142,18 @@ def test_file_size_limit(tmp_path):
     res = run_command("head -c 5000000 /dev/zero > big; echo rc=$?", tmp_path, limits=limits)
     assert (tmp_path / "big").stat().st_size <= 1 << 20
     assert "rc=0" not in res.output
+
+
+@sealed
+def test_tools_on_path_under_a_hidden_folder_stay_usable(tmp_path):
+    """A venv or tool folder in /tmp (a CI checkout, say) is mounted back read-only, not hidden."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "mytool").write_text("#!/bin/sh\necho tool-ran\n")
+    (tools / "mytool").chmod(0o755)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = base_env()
+    env["PATH"] = f"{tools}:{env['PATH']}"
+    res = run_command(f"mytool; touch {tools}/x", ws, env=env)
+    assert "tool-ran" in res.output and not (tools / "x").exists()
