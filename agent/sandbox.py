@@ -86,9 +86,10 @@ class ResourceLimits:
 
     def shell_prefix(self, timeout_s: float) -> str:
         cpu = self.cpu_s or int(timeout_s * (os.cpu_count() or 1)) + 60
-        # bash's ulimit counts -d and -f in KiB; setting a value sets the hard limit too.
-        return (f"ulimit -d {self.memory_bytes // 1024} -f {self.file_bytes // 1024} "
-                f"-u {self.processes} -t {cpu} 2>/dev/null\n")
+        # bash's ulimit counts -d and -f in KiB; setting a value sets the hard limit too. One call each:
+        # a limit that cannot be raised (already lower) must not keep the others from being set.
+        limits = {"-d": self.memory_bytes // 1024, "-f": self.file_bytes // 1024, "-u": self.processes, "-t": cpu}
+        return "".join(f"ulimit {flag} {value} 2>/dev/null; " for flag, value in limits.items()) + "\n"
 
 
 @dataclass(frozen=True)
