@@ -149,22 +149,26 @@ def test_signal_writes_report_and_best_patch_then_cleans_up(tmp_path, sig, grade
 
 
 # -- 2. --timeout bounds every model call -------------------------------------------------------------------------
+def run_api_model(tmp_path, fake_server, provider: str, *, timeout: float):
+    """`perfagent run` with an API model against the fake server: (process, seconds taken, report.json path)."""
+    task, task_id = make_task(tmp_path)
+    model, keys = {"anthropic": ("anthropic:claude-sonnet-4-6", {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}),
+                   "openai": ("openai:qwen-test", {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake_server.openai_url})}[provider]
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "agent.cli", "run", str(task), "--model", model, "--timeout", f"{timeout:g}",
+                          "--run-id", "r", "--out", str(tmp_path / "out"), "--quiet", "--allow-unsandboxed"],
+                         cwd=tmp_path, env=env(tmp_path, **keys), capture_output=True, text=True, timeout=timeout + 90)
+    return res, time.monotonic() - start, tmp_path / "out/results/r" / task_id / "report.json"
+
 @pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_timeout_ends_a_hanging_model_call(tmp_path, fake_server, provider):
     """A server that never answers: the run ends at --timeout with a report, not when the SDK gives up."""
-    task, task_id = make_task(tmp_path)
     fake_server.script([hang()] * 10)
-    model, keys = {"anthropic": ("anthropic:claude-sonnet-4-6", {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}),
-                   "openai": ("openai:qwen-test", {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake_server.openai_url})}[provider]
-    start = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "agent.cli", "run", str(task), "--model", model, "--timeout", "3",
-                          "--run-id", "r", "--out", str(tmp_path / "out"), "--quiet", "--allow-unsandboxed"],
-                         cwd=tmp_path, env=env(tmp_path, **keys), capture_output=True, text=True, timeout=90)
-    took = time.monotonic() - start
+    res, took, report_file = run_api_model(tmp_path, fake_server, provider, timeout=3)
     assert took < 20, f"--timeout 3 took {took:.1f}s"
     assert res.returncode == 1 and "Traceback" not in res.stderr and res.stderr.strip().count("\n") == 0, res.stderr
-    report = json.loads((tmp_path / "out/results/r" / task_id / "report.json").read_text())
+    report = json.loads(report_file.read_text())
     assert report["subtype"] == "error_during_execution" and report["is_error"]
     assert report["result"].startswith("timed out after 3s") and "model" in report["result"]
     assert fake_server.requests, "the model was never called"
@@ -174,18 +178,11 @@ def test_timeout_ends_a_hanging_model_call(tmp_path, fake_server, provider):
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_retry_after_longer_than_the_time_left_ends_the_run_at_once(tmp_path, fake_server, provider):
     """A 429 asking for an hour: the SDK would sleep it out; the run ends now and says why."""
-    task, task_id = make_task(tmp_path)
     fake_server.script([rate_limited(3600)] * 10)
-    model, keys = {"anthropic": ("anthropic:claude-sonnet-4-6", {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}),
-                   "openai": ("openai:qwen-test", {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake_server.openai_url})}[provider]
-    start = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "agent.cli", "run", str(task), "--model", model, "--timeout", "120",
-                          "--run-id", "r", "--out", str(tmp_path / "out"), "--quiet", "--allow-unsandboxed"],
-                         cwd=tmp_path, env=env(tmp_path, **keys), capture_output=True, text=True, timeout=150)
-    took = time.monotonic() - start
+    res, took, report_file = run_api_model(tmp_path, fake_server, provider, timeout=120)
     assert took < 30, f"a retry-after of 3600s with 120s left took {took:.1f}s"
     assert res.returncode == 1 and res.stderr.strip().count("\n") == 0, res.stderr
-    report = json.loads((tmp_path / "out/results/r" / task_id / "report.json").read_text())
+    report = json.loads(report_file.read_text())
     assert report["subtype"] == "error_during_execution"
     assert "429" in report["result"] and "retry after 3600s" in report["result"] and "timeout" in report["result"]
     assert len(fake_server.requests) == 1  # not retried
