@@ -17,7 +17,7 @@ from rich.table import Table
 
 from agent.models.base import ModelError
 from agent.task import Task, TaskError, load_task_set
-from agent.workspace import PatchError, WorkspaceError
+from agent.env.workspace import PatchError, WorkspaceError
 
 EXIT_BAD_INPUT = 2
 # Providers whose models are real, untrusted agents: their commands run only in a complete sandbox.
@@ -75,7 +75,7 @@ def _prices(args: argparse.Namespace):
 
 def _checked_names(run_id: str | None, job: str | None = None) -> None:
     """Run ids and job names are plain folder names (the runner's check), so no output lands outside --out."""
-    from agent.runner import BadName, check_job, check_run_id
+    from agent.run.runner import BadName, check_job, check_run_id
 
     try:
         if run_id is not None:
@@ -91,7 +91,7 @@ def _require_sandbox(specs: list[str], allowed: bool) -> None:
     api = [s.strip() for s in specs if s.strip().partition(":")[0] in API_PROVIDERS]
     if not api or allowed:
         return
-    from agent.sandbox import isolation
+    from agent.env.sandbox import isolation
 
     iso = isolation()
     if not iso.complete:
@@ -103,7 +103,7 @@ def _require_sandbox(specs: list[str], allowed: bool) -> None:
 def _signals_interrupt() -> Iterator[None]:
     """SIGINT and SIGTERM raise Interrupted in the main thread, so the run writes its report, its best
     patch so far and cleans up. Only the first one raises: a second one must not cut that short."""
-    from agent.loop import Interrupted
+    from agent.run.loop import Interrupted
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -129,10 +129,10 @@ def _signals_interrupt() -> Iterator[None]:
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
     import json
 
-    from agent.loop import Limits, signal_exit_code
+    from agent.run.loop import Limits, signal_exit_code
     from agent.models import make_model
-    from agent.progress import RunProgress
-    from agent.runner import new_run_id, run_task
+    from agent.run.progress import RunProgress
+    from agent.run.runner import new_run_id, run_task
 
     _checked_names(args.run_id, args.job)  # before anything is read or written
     task = _load_one_task(args.task)
@@ -238,9 +238,9 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
-    from agent.batch import BatchConfig, BatchError, load_tasks, read_plan, run_batch, run_flags
-    from agent.batch_summary import summary_tables
-    from agent.runner import new_run_id
+    from agent.batch.driver import BatchConfig, BatchError, load_tasks, read_plan, run_batch, run_flags
+    from agent.batch.summary import summary_tables
+    from agent.run.runner import new_run_id
 
     if args.resume and not args.run_id:
         raise UserError("--resume needs the --run-id of the batch to continue")
@@ -270,7 +270,7 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_review(args: argparse.Namespace, out: Console) -> int:
-    from agent.review import ReviewError, load_results, render_review
+    from agent.review.load import ReviewError, load_results, render_review
 
     try:
         render_review(out, load_results(args.results), task=args.task, sort=args.sort)
@@ -280,8 +280,8 @@ def cmd_review(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
-    from agent.html_report import write_html
-    from agent.review import ReviewError, load_results
+    from agent.review.html import write_html
+    from agent.review.load import ReviewError, load_results
 
     try:
         results = load_results(args.results)
@@ -293,7 +293,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
-    from agent.review import ReviewError, load_results, render_compare
+    from agent.review.load import ReviewError, load_results, render_compare
 
     try:
         render_compare(out, load_results(args.run_a), load_results(args.run_b))

@@ -172,7 +172,7 @@ def _check_base(file: Path, repo: Path, base: str) -> None:
     """A base commit must exist in a git repo; a plain folder only knows its current state."""
     import git
 
-    from agent.workspace import open_repo
+    from agent.env.workspace import open_repo
 
     if not (repo / ".git").exists():
         if base != "HEAD":

@@ -1,4 +1,4 @@
-"""Shared fixtures: small real git repos in temp dirs."""
+"""Shared fixtures: small real git repos in temp dirs (built by helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,7 @@ from pathlib import Path
 import git
 import pytest
 
-AUTHOR = git.Actor("test", "test@localhost")
-
-
-def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.Repo:
-    """A real git repo at `path` with `files` committed."""
-    repo = git.Repo.init(path)
-    for name, text in files.items():
-        f = path / name
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(text)
-    repo.index.add(list(files))
-    repo.index.commit(message, author=AUTHOR, committer=AUTHOR)
-    return repo
+from helpers import make_repo
 
 
 @pytest.fixture

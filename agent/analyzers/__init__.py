@@ -10,10 +10,9 @@ zero-init-buffer rewrites one by one and lets the poison-memory tests decide.
 Rules: see RULES. Columns are 1-based, like lines.
 """
 
-from .model import RULES, AnalyzerConfig, Finding
-from .report import findings_json, findings_table
+from .findings import RULES, AnalyzerConfig, Finding, findings_json, findings_table
 from .rewrite import RewriteError, apply_rewrites, fix_paths
-from .runner import DEFAULT_EXCLUDE, analyze_paths, analyze_source
+from .engine import DEFAULT_EXCLUDE, analyze_paths, analyze_source
 
 __all__ = [
     "RULES", "AnalyzerConfig", "DEFAULT_EXCLUDE", "Finding", "RewriteError", "analyze_paths", "analyze_source",

@@ -16,7 +16,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from .facts import ModuleFacts, collect_facts, qualify
-from .model import AnalyzerConfig, Finding
+from .findings import AnalyzerConfig, Finding
 
 
 @dataclass(frozen=True)

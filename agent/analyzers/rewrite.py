@@ -13,11 +13,11 @@ from typing import Iterable
 
 import libcst as cst
 
-from .buffers import zero_init_sites
+from .rules.buffers import zero_init_sites
 from .flow import Alloc
 from .context import ModuleContext
 from .factories import to_empty
-from .model import ZERO_INIT, AnalyzerConfig, Finding
+from .findings import ZERO_INIT, AnalyzerConfig, Finding
 
 
 class RewriteError(ValueError):

@@ -6,7 +6,7 @@ evaluation; the `Evaluation` it returns becomes report.json's `evaluation`.
 """
 
 from agent.checks.checker import ALWAYS_PROTECTED, CheckError, Checker
-from agent.checks.models import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, Hygiene,
+from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, Hygiene,
                                  PerfResult, ReferenceResult)
 from agent.checks.perf import FULL, QUICK, SamplingPolicy
 from agent.checks.render import evaluation_table, summarize

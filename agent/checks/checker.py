@@ -19,17 +19,17 @@ from agent.checks.correctness import install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.integrity import (IntegrityResult, check_integrity, installed_top_level_modules, is_test_path,
                                     plausibility_problem)
-from agent.checks.linecov import classify, executed_lines, write_rc
+from agent.checks.coverage import classify, executed_lines, write_rc
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
-from agent.checks.models import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
+from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
                                  ReferenceResult)
 from agent.checks.patchinfo import added_lines, hygiene_problems
 from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
 from agent.checks.render import compact_lines
 from agent.checks.stats import compare, fraction_of_reference, speedup
-from agent.sandbox import base_env, run_command
+from agent.env.sandbox import base_env, run_command
 from agent.task import Task
-from agent.workspace import PatchError, Workspace
+from agent.env.workspace import PatchError, Workspace
 
 # Files that change what the tests check without being tests: always protected, on top of the task's list.
 ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py"]

@@ -10,8 +10,8 @@ import re
 import shutil
 from pathlib import Path
 
-from agent.checks.models import CommandRun
-from agent.sandbox import CommandResult, base_env, run_command
+from agent.checks.evaluation import CommandRun
+from agent.env.sandbox import CommandResult, base_env, run_command
 
 TAIL_CHARS = 4000
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
@@ -21,7 +21,7 @@ _VERBOSE = re.compile(r"^(\S+::\S+) (?:FAILED|ERROR)\b", re.M)
 def install_hook(folder: Path) -> Path:
     """Put the harness's sitecustomize.py into `folder` (created); returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("_sitecustomize.py"), folder / "sitecustomize.py")
+    shutil.copyfile(Path(__file__).with_name("poison_hook.py"), folder / "sitecustomize.py")
     return folder
 
 

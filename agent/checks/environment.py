@@ -14,8 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from agent.checks.models import Environment
-from agent.sandbox import base_env, isolation, run_command
+from agent.checks.evaluation import Environment
+from agent.env.sandbox import base_env, isolation, run_command
 
 # Reads torch/version.py on its own: importing torch would cost seconds per checker.
 _PROBE = r"""

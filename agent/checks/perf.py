@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.checks.stats import Comparison, compare
-from agent.sandbox import base_env, run_command
+from agent.env.sandbox import base_env, run_command
 from agent.task import PerfSpec
 
 

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from agent.checks.models import CommandRun, Evaluation, PerfResult
+from agent.checks.evaluation import CommandRun, Evaluation, PerfResult
 
 _COLOR = {"pass": "green", "fail": "red", "rejected": "red", "error": "red", "unverified": "yellow",
           "suspicious": "red", "faster": "green", "slower": "red", "no significant change": "yellow"}

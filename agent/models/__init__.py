@@ -62,7 +62,7 @@ def make_model(
     if provider == "rules" and not name:
         if task is None:
             raise ModelError("the rules policy needs a task")
-        from .rules import RulesPolicy
+        from agent.policies.rules import RulesPolicy
 
         return RulesPolicy(task)
     raise ModelError(f"unknown model spec {spec!r}: use rules, anthropic[:<model>], openai:<model> or replay:<file>")

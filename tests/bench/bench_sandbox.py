@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 
-from agent.sandbox import base_env, isolation, run_command
+from agent.env.sandbox import base_env, isolation, run_command
 
 COMMANDS = {"true": "true", "python": "python -c pass"}
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.workspace import Workspace
+from agent.env.workspace import Workspace
 
 
 def generate(root: Path, n: int) -> None:

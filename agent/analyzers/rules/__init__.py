@@ -1,0 +1,1 @@
+"""One module per static rule family; the engine runs them all over one parsed module."""

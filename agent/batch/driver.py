@@ -1,0 +1,270 @@
+"""`perfagent batch`: a task set x models x samples, run in parallel, resumable, summarised.
+
+A batch is a plan (results/<run-id>/batch.json: every job's key), a ledger (batch.jsonl:
+one line per finished job) and the jobs' own folders. Resuming = running the planned jobs
+that have no `done` line. Failed jobs (no report, or a provider's API failed mid-run) are
+retried on resume, since their cause is usually transient; a done job (any job that wrote a
+report, whatever the agent achieved) is never run twice, and a skipped one gets no second
+line unless it can now run.
+
+Statistics: batch_summary.py (pure, reusable). Job processes: executors.py (local pool,
+Ray) and batch_forkserver.py (warm forks). Ledger lines: batch_records.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from rich.console import Console
+
+from agent.batch.progress import BatchProgress
+from agent.batch.ledger import JobRecord, Ledger
+from agent.batch.summary import PLAN, BatchSummary, summarize_run, write_summary
+from agent.batch.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job)
+from agent.run.runner import BadName, check_job, check_run_id
+from agent.task import Task
+
+__all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
+           "model_slug", "run_batch", "summarize_run"]
+
+MAX_SLUG = 60
+
+
+class BatchError(Exception):
+    """A batch that cannot start (bad models, a run id in use, no Ray): one line for the user."""
+
+
+def model_slug(spec: str) -> str:
+    """A folder name for a model spec: anything but [A-Za-z0-9._-] becomes "-", it starts with a letter or
+    digit (a valid job name segment); long ones end in a hash."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.strip()).lstrip("-._").rstrip("-.") or "model"
+    if len(slug) > MAX_SLUG:
+        slug = slug[: MAX_SLUG - 9].rstrip("-.") + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
+    return slug
+
+
+def model_arg(spec: str, cwd: Path) -> str:
+    """The spec a job process gets: a replay file made absolute, so any worker's cwd finds it."""
+    provider, sep, name = spec.strip().partition(":")
+    if provider == "replay" and sep and name:
+        return f"replay:{(cwd / Path(name).expanduser()).resolve()}"
+    return spec.strip()
+
+
+def expand_jobs(tasks: Sequence[Task], models: Sequence[str], samples: int, *, cwd: Path,
+                job_timeout_s: float | None = None) -> list[JobSpec]:
+    """Every (task, model, sample), sample-major so an early stop still covers every task and model."""
+    if samples < 1:
+        raise BatchError("--samples must be at least 1")
+    if not models:
+        raise BatchError("no models given: use --models rules,replay:<file>,...")
+    slugs: dict[str, str] = {}
+    for m in models:
+        other = slugs.setdefault(model_slug(m), m)
+        if other != m:
+            raise BatchError(f"models {other!r} and {m!r} would share the folder {model_slug(m)!r}")
+    ids: dict[str, Path] = {}
+    for t in tasks:
+        if ids.setdefault(t.id, t.file) != t.file:
+            raise BatchError(f"two tasks have the id {t.id!r}: {ids[t.id]} and {t.file}")
+        try:
+            check_job(t.id)  # the first segment of its jobs' names (a task id may be longer than a name)
+        except BadName as e:
+            raise BatchError(f"{t.file}: {e}") from None
+    return [JobSpec(key=f"{t.id}/{model_slug(m)}/s{k}", task=t.id, task_file=str(t.file), model=m,
+                    model_arg=model_arg(m, cwd), sample=k, requires_gpu=t.spec.requires_gpu,
+                    has_reference=t.reference_patch is not None,
+                    timeout_s=job_timeout_s or 2 * t.spec.budget.timeout_s + 1800)
+            for k in range(samples) for t in tasks for m in dict.fromkeys(models)]
+
+
+@dataclass
+class BatchConfig:
+    run_id: str
+    out_dir: Path
+    workers: int = 2
+    gpus: list[str] | None = None  # local executor: the devices jobs are spread over
+    executor: str = "local"  # local | ray
+    resume: bool = False
+    run_args: tuple[str, ...] = ()  # extra `perfagent run` flags for every job
+    job_timeout_s: float | None = None
+    quiet: bool = False
+    source: str | None = None  # the task set, recorded in the plan
+
+
+@dataclass
+class BatchOutcome:
+    summary: BatchSummary
+    run_dir: Path
+    ran: int  # jobs that ran in this session
+    failed: int  # of those, failed
+    skipped: int
+    elapsed_s: float
+    summary_json: Path
+    summary_md: Path
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """One batch process per run at a time; the kernel drops the lock if we are killed.
+
+    The descriptor is close-on-exec and no child is forked from this process (jobs fork from
+    the fork server), so no job or command can hold the lock after the batch is gone.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / ".batch.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BatchError(f"run {run_dir.name} is in use by another batch process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def read_plan(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / PLAN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], cfg: BatchConfig, samples: int) -> None:
+    from agent.run.result import write_json
+
+    old = read_plan(run_dir)
+    entries = {j["key"]: j for j in old.get("jobs", [])}
+    entries.update({j.key: {"key": j.key, "task": j.task, "model": j.model, "sample": j.sample} for j in jobs})
+    write_json(run_dir / PLAN, {
+        "run_id": cfg.run_id, "source": cfg.source or old.get("source"),
+        "models": list(dict.fromkeys([*old.get("models", []), *models])),
+        "samples": max(samples, old.get("samples", 0)), "run_args": list(cfg.run_args),
+        "created": old.get("created", time.time()),
+        "jobs": sorted(entries.values(), key=lambda j: j["key"])})
+
+
+def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:
+    if cfg.executor == "local":
+        return LocalExecutor(launch, cfg.workers, cfg.gpus)
+    if cfg.executor == "ray":
+        if cfg.gpus:
+            raise BatchError("--gpus is for the local executor: Ray gives each job its GPU share itself")
+        try:
+            return RayExecutor(launch, cfg.workers)
+        except ExecutorError as e:
+            raise BatchError(str(e)) from None
+    raise BatchError(f"unknown executor {cfg.executor!r}: use local or ray")
+
+
+def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: BatchConfig, *,
+              console: Console | None = None, executor: Executor | None = None) -> BatchOutcome:
+    """Run every job the ledger does not already hold as done; write summary.json and summary.md."""
+    console = console or Console(stderr=True)
+    try:
+        check_run_id(cfg.run_id)
+    except BadName as e:
+        raise BatchError(str(e)) from None
+    out_dir = Path(cfg.out_dir).resolve()
+    run_dir = out_dir / "results" / cfg.run_id
+    jobs = expand_jobs(tasks, models, samples, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s)
+    with run_lock(run_dir):
+        ledger = Ledger(run_dir)
+        latest = ledger.latest()
+        if latest and not cfg.resume:
+            raise BatchError(f"run {cfg.run_id} already has {len(latest)} finished jobs: "
+                             "pass --resume to continue it, or choose another --run-id")
+        _write_plan(run_dir, jobs, models, cfg, samples)
+        launch = LaunchConfig(run_id=cfg.run_id, out_dir=str(out_dir), cwd=str(Path.cwd()), run_args=cfg.run_args)
+        executor = executor or make_executor(cfg, launch)
+        todo, skips = _plan(jobs, latest, executor)
+        for job in todo:
+            clear_job(out_dir, cfg.run_id, job.key)
+
+        counts = {"ran": 0, "failed": 0}
+        rerun = {j.key for j in todo} | {r.key for r in skips}
+        planned = {j.key for j in jobs}
+        earlier = [r for k, r in latest.items() if k in planned and k not in rerun]
+        start = time.monotonic()
+        progress = BatchProgress(console, total=len(jobs), workers=cfg.workers, quiet=cfg.quiet, earlier=earlier)
+
+        def finished(rec: JobRecord) -> None:
+            ledger.append(rec)
+            counts["ran"] += rec.status != "skipped"
+            counts["failed"] += rec.status == "failed"
+            progress.finished(rec)
+
+        try:
+            with progress:
+                for rec in skips:
+                    finished(rec)
+                executor.run(todo, progress.started, finished)
+        finally:
+            elapsed = time.monotonic() - start
+            summary = summarize_run(run_dir).model_copy(update={
+                "elapsed_s": round(elapsed, 2), "jobs_run": counts["ran"],
+                "jobs_per_minute": round(counts["ran"] / elapsed * 60, 3) if counts["ran"] and elapsed > 0 else None})
+            js, md = write_summary(run_dir, summary)
+    return BatchOutcome(summary=summary, run_dir=run_dir, ran=counts["ran"], failed=counts["failed"],
+                        skipped=len(skips), elapsed_s=elapsed,
+                        summary_json=js, summary_md=md)
+
+
+def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
+          executor: Executor) -> tuple[list[JobSpec], list[JobRecord]]:
+    """(jobs to run, new `skipped` records): done jobs are left alone; GPU tasks without a GPU are skipped."""
+    need_gpu = any(j.requires_gpu for j in jobs)
+    gpus = executor.gpu_count() if need_gpu else 0
+    where = "the Ray cluster" if executor.name == "ray" else "this machine"
+    todo, skips = [], []
+    for job in jobs:
+        prev = latest.get(job.key)
+        if prev is not None and prev.status == "done":
+            continue
+        if job.requires_gpu and gpus == 0:
+            if prev is None or prev.status != "skipped":
+                skips.append(job.record("skipped", reason=f"the task requires a GPU and {where} has none"))
+            continue
+        todo.append(job)
+    return todo, skips
+
+
+
+def load_tasks(source: str | Path) -> list[Task]:
+    """The valid tasks of a set; any invalid one stops the batch before it starts, with every error listed."""
+    from agent.task import TaskError, load_task_set
+
+    try:
+        entries = load_task_set(source)
+    except TaskError as e:
+        raise BatchError(str(e)) from None
+    bad = [str(e) for e in entries if not isinstance(e, Task)]
+    if bad:
+        raise BatchError(f"{len(bad)} invalid task(s): " + "; ".join(bad))
+    if not entries:
+        raise BatchError(f"{source}: no task files found")
+    return [e for e in entries if isinstance(e, Task)]
+
+
+def run_flags(*, base_url: str | None = None, stream: bool = False, max_turns: int | None = None,
+              max_cost: float | None = None, timeout: float | None = None,
+              prices: str | None = None, allow_unsandboxed: bool = False) -> tuple[str, ...]:
+    """The `perfagent run` flags every job of the batch gets."""
+    flags: list[str] = []
+    for name, value in (("--base-url", base_url), ("--max-turns", max_turns), ("--max-cost", max_cost),
+                        ("--timeout", timeout), ("--prices", str(Path(prices).resolve()) if prices else None)):
+        if value is not None:
+            flags += [name, str(value)]
+    return (*flags, *(["--stream"] if stream else []), *(["--allow-unsandboxed"] if allow_unsandboxed else []))

@@ -1,0 +1,371 @@
+"""Where batch jobs run: a local pool of job processes, or Ray tasks on a cluster.
+
+Every job is `perfagent run TASK --model M --run-id ID --job JOB --out DIR --quiet` in a
+process of its own, which dies with the batch that started it. Locally it is forked from a
+warm fork server that has already imported the harness (about 3 s less per job); under Ray
+it is a fresh `python -m agent.batch.executors <parent-pid> run ...`. A process per job keeps one
+job's crash, memory or stray threads away from the others, and the runner writes every file.
+
+Timings stay clean without serialising jobs: the model waits of many jobs overlap freely,
+while the checker takes a per-device lock around each perf measurement (agent/checks/lock.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from agent.batch.forkserver import ForkServer, die_with_parent
+from agent.batch.ledger import JobRecord, commands_seconds, figures_from_report, is_retryable
+
+OnStart = Callable[["JobSpec", str | None], None]
+OnFinish = Callable[[JobRecord], None]
+# Environment the provider SDKs read; shipped to Ray workers, which may not share our environment.
+PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PERFAGENT_DEBUG")
+
+
+class ExecutorError(Exception):
+    """The executor cannot run at all (Ray missing or unreachable): one line for the user."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One (task, model, sample) job, with everything a child process needs; picklable for Ray."""
+
+    key: str  # "<task>/<model-slug>/s<k>": the job folder
+    task: str
+    task_file: str  # absolute
+    model: str  # as the user wrote it
+    model_arg: str  # as passed to the run (a replay path made absolute)
+    sample: int
+    requires_gpu: bool = False
+    has_reference: bool = False
+    timeout_s: float = 5400.0  # hard limit for the whole job process
+
+    def record(self, status: str, **kw: Any) -> JobRecord:
+        return JobRecord(key=self.key, task=self.task, model=self.model, sample=self.sample, status=status,
+                         has_reference=self.has_reference, **kw)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    run_id: str
+    out_dir: str  # absolute
+    cwd: str  # where relative paths in the run's flags resolve
+    run_args: tuple[str, ...] = ()  # extra `perfagent run` flags (--max-turns, --prices, ...)
+
+
+# -- one job ------------------------------------------------------------------------------------
+def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
+    """(results folder, patch folder) of a job."""
+    out = Path(out_dir)
+    return out / "results" / run_id / key, out / "patches" / run_id / key
+
+
+def clear_job(out_dir: Path | str, run_id: str, key: str) -> None:
+    """Remove what an interrupted attempt left, so a re-run starts clean and nothing stale is read.
+
+    Only ever below `out_dir`'s results/ and patches/: a folder that resolves anywhere else (a
+    symlink, a `..` in the key) is left alone.
+    """
+    out = Path(out_dir).resolve()
+    for folder, top in zip(job_paths(out, run_id, key), ("results", "patches")):
+        real = folder.resolve()
+        if real != out / top and real.is_relative_to(out / top):
+            shutil.rmtree(real, ignore_errors=True)
+
+
+def run_argv(job: JobSpec, cfg: LaunchConfig) -> list[str]:
+    """The `perfagent run` arguments of a job."""
+    return ["run", job.task_file, "--model", job.model_arg, "--run-id", cfg.run_id, "--job", job.key,
+            "--out", cfg.out_dir, "--quiet", *cfg.run_args]
+
+
+_LIVE: set = set()  # job processes running now, so an interrupted batch can stop them at once
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all_jobs() -> None:
+    """SIGKILL every job process this process started and has not reaped yet."""
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        child.signal_kill()
+
+
+def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, *,
+            forks: ForkServer | None = None) -> JobRecord:
+    """Run one job as a child process and classify what it left; never raises for the job's failures.
+
+    done: a report was written (whatever the agent achieved: the report says).
+    failed: no report (crash, hard timeout, bad spec), or the model's API failed mid-run;
+    a resume retries these.
+    forks: start the child from this warm fork server instead of a fresh interpreter (saves
+    the ~3 s of imports each job would otherwise pay).
+    """
+    res_dir, patch_dir = job_paths(cfg.out_dir, cfg.run_id, job.key)
+    res_dir.mkdir(parents=True, exist_ok=True)
+    log_path = res_dir / "batch.log"
+    child_env = {**os.environ, **(env or {})}
+    start = time.monotonic()
+    args = run_argv(job, cfg)
+    child = forks.start(args, cfg.cwd, child_env, log_path) if forks else _Spawned(args, cfg.cwd, child_env, log_path)
+    with _LIVE_LOCK:
+        _LIVE.add(child)
+    try:
+        code = child.wait(job.timeout_s)
+    finally:
+        timed_out = child.exit_code is None
+        child.kill()
+        with _LIVE_LOCK:
+            _LIVE.discard(child)
+    wall = time.monotonic() - start
+    report_file = res_dir / "report.json"
+    common = dict(exit_code=code, wall_s=round(wall, 3), device=child_env.get("CUDA_VISIBLE_DEVICES"),
+                  commands_s=round(commands_seconds(res_dir), 3))
+    out = Path(cfg.out_dir)
+    report = _read_json(report_file) if report_file.is_file() and not timed_out else None
+    if report is None:
+        why = f"timed out after {job.timeout_s:g}s" if timed_out else f"exit code {code}: {_last_line(log_path)}"
+        return job.record("failed", reason=f"no report: {why}", **common)
+    patch = patch_dir / "model_patch.diff"
+    return job.record("failed" if is_retryable(report) else "done", reason=is_retryable(report),
+                      report=report_file.relative_to(out).as_posix(),
+                      patch=patch.relative_to(out).as_posix() if patch.is_file() else None,
+                      **common, **figures_from_report(report))
+
+
+class _Spawned:
+    """A fresh interpreter: `python -m agent.batch.executors <our pid> run ...`."""
+
+    def __init__(self, args: list[str], cwd: str, env: dict[str, str], log_path: Path):
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "agent.batch.executors", str(os.getpid()), *args], cwd=cwd,
+                                         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        self.exit_code: int | None = None
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            self.exit_code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        return self.exit_code
+
+    def signal_kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def kill(self) -> None:
+        self.signal_kill()
+        self.proc.wait()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1][:300] if lines else "(no output)"
+
+
+# -- executors ---------------------------------------------------------------------------------------
+class Executor(Protocol):
+    name: str
+
+    def gpu_count(self) -> int:
+        """GPUs the jobs can use; a task that requires one is skipped when this is 0."""
+
+    def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
+        """Run every job; call `on_finish` (in the caller's thread) once per job, as each ends."""
+
+
+def visible_gpus() -> int:
+    """GPUs on this machine, by nvidia-smi; 0 when there is none or no driver."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+class GpuPool:
+    """Hands each job the least-busy GPU of `--gpus`, so jobs spread evenly over devices."""
+
+    def __init__(self, devices: Sequence[str]):
+        self.load = {d: 0 for d in devices}
+        self._lock = threading.Lock()
+
+    def acquire(self) -> str:
+        with self._lock:
+            device = min(self.load, key=lambda d: self.load[d])
+            self.load[device] += 1
+            return device
+
+    def release(self, device: str) -> None:
+        with self._lock:
+            self.load[device] -= 1
+
+
+class LocalExecutor:
+    """N job processes at once on this machine; with --gpus, each job sees one GPU."""
+
+    name = "local"
+
+    def __init__(self, cfg: LaunchConfig, workers: int, gpus: Sequence[str] | None = None, *, fork: bool = True):
+        self.cfg, self.workers, self.fork = cfg, max(1, workers), fork
+        self.pool = GpuPool(gpus) if gpus else None
+
+    def gpu_count(self) -> int:
+        return len(self.pool.load) if self.pool else visible_gpus()
+
+    def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
+        forks = ForkServer() if self.fork and jobs else None
+        try:
+            self._run(jobs, on_start, on_finish, forks)
+        finally:
+            if forks is not None:
+                forks.close()
+
+    def _run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish, forks: ForkServer | None) -> None:
+        events: queue.Queue = queue.Queue()
+
+        def one(job: JobSpec) -> None:
+            device = self.pool.acquire() if self.pool else None
+            try:
+                events.put(("start", (job, device)))
+                env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
+                try:
+                    rec = run_job(job, self.cfg, env, forks=forks)
+                except Exception as e:  # noqa: BLE001 — a harness bug fails one job, not the batch
+                    rec = job.record("failed", reason=f"batch could not run the job: {type(e).__name__}: {e}")
+                events.put(("finish", rec))
+            finally:
+                if device is not None and self.pool:
+                    self.pool.release(device)
+
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="job") as pool:
+            for job in jobs:
+                pool.submit(one, job)
+            left = len(jobs)
+            try:
+                while left:
+                    kind, payload = events.get()
+                    if kind == "start":
+                        on_start(*payload)
+                    else:
+                        left -= 1
+                        on_finish(payload)
+            except BaseException:  # Ctrl-C or a failing callback: stop now, lose only the jobs in flight
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all_jobs()
+                raise
+
+
+class RayExecutor:
+    """The same job processes as Ray tasks; files come back through the object store, so
+    `results/` lands on this machine even when the workers have no shared filesystem.
+
+    The workers need the task files, repos and replay files at the same paths (a shared
+    checkout), and the `agent` package installed. On a cluster with GPUs each job gets a
+    share of one (1 / jobs-per-GPU) and Ray sets CUDA_VISIBLE_DEVICES; perf runs on one
+    device still take that node's device lock.
+    """
+
+    name = "ray"
+
+    def __init__(self, cfg: LaunchConfig, workers: int):
+        self.cfg, self.workers = cfg, max(1, workers)
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("the ray executor needs Ray, which is not installed here: "
+                                "install perfagent's `ray` extra") from None
+        self.ray = ray
+        env = {k: os.environ[k] for k in PROVIDER_ENV if k in os.environ}
+        try:
+            if not ray.is_initialized():
+                address = os.environ.get("RAY_ADDRESS")
+                local = {} if address else {"num_cpus": max(self.workers, os.cpu_count() or 1)}
+                ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": env} if env else None, **local)
+        except Exception as e:  # noqa: BLE001 — ray raises many kinds; the user needs one line
+            raise ExecutorError(f"could not start or reach a Ray cluster: {type(e).__name__}: {e}") from None
+        self.gpus = int(ray.cluster_resources().get("GPU", 0))
+
+    def gpu_count(self) -> int:
+        return self.gpus
+
+    def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
+        ray = self.ray
+        share = min(1.0, self.gpus / self.workers) if self.gpus else 0
+        remote = ray.remote(_ray_job).options(num_cpus=1, num_gpus=share, max_retries=0)
+        todo, running = list(jobs), {}
+        while todo or running:
+            while todo and len(running) < self.workers:
+                job = todo.pop(0)
+                running[remote.remote(job, self.cfg)] = job
+                on_start(job, None)
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            for ref in ready:
+                job = running.pop(ref)
+                try:
+                    rec, files = ray.get(ref)
+                    write_files(Path(self.cfg.out_dir), files)
+                except Exception as e:  # noqa: BLE001 — a lost worker fails one job
+                    rec = job.record("failed", reason=f"ray task failed: {type(e).__name__}: {str(e)[:300]}")
+                on_finish(rec)
+
+
+def _ray_job(job: JobSpec, cfg: LaunchConfig) -> tuple[JobRecord, dict[str, bytes]]:
+    """Runs on a Ray worker: the job into a private folder, then its files, relative to that folder."""
+    tmp = Path(tempfile.mkdtemp(prefix="perfagent-ray-"))
+    try:
+        local = replace(cfg, out_dir=str(tmp))
+        rec = run_job(job, local)
+        files = {p.relative_to(tmp).as_posix(): p.read_bytes() for p in tmp.rglob("*") if p.is_file()}
+        return rec, files
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_files(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Write a job's shipped files under `out_dir`, report.json last: its presence means the rest is there."""
+    for rel in sorted(files, key=lambda r: r.endswith("report.json")):
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            continue
+        target = out_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(files[rel])
+        os.replace(tmp, target)
+
+
+# -- the job process's shim ----------------------------------------------------------------------------
+def _child_main(argv: list[str]) -> int:
+    parent, rest = int(argv[0]), argv[1:]
+    die_with_parent(parent)
+    from agent.cli import main
+
+    return main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,91 @@
+"""Live progress of a batch: a bar, done / running / failed / skipped, ETA and dollars spent,
+and one line per finished job above it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from agent.batch.ledger import JobRecord
+from agent.batch.executors import JobSpec
+
+MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}
+
+
+def eta_seconds(remaining: int, mean_job_s: float | None, workers: int) -> float | None:
+    """Jobs left times the mean job time, spread over the workers; None before any job ended."""
+    if mean_job_s is None:
+        return None
+    return remaining * mean_job_s / max(1, workers)
+
+
+def _hms(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class BatchProgress:
+    """Callbacks for the executor (`started`, `finished`); a context manager around the run."""
+
+    def __init__(self, console: Console, *, total: int, workers: int, earlier: list[JobRecord], quiet: bool = False):
+        self.console, self.workers, self.quiet = console, workers, quiet
+        self.counts: Counter[str] = Counter(r.status for r in earlier)
+        self.cost = sum(r.cost_usd or 0.0 for r in earlier)
+        self.running: set[str] = set()
+        self.walls: list[float] = []
+        self.total = total
+        self.bar = Progress(TextColumn("[bold]batch[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=False)
+        self.task_id = self.bar.add_task("jobs", total=total, completed=len(earlier))
+        self._live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+
+    def __enter__(self) -> "BatchProgress":
+        if not self.quiet:
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.quiet:
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+
+    def started(self, job: JobSpec, device: str | None) -> None:
+        self.running.add(job.key)
+        self._refresh()
+
+    def finished(self, rec: JobRecord) -> None:
+        self.running.discard(rec.key)
+        self.counts[rec.status] += 1
+        self.cost += rec.cost_usd or 0.0
+        if rec.status != "skipped":
+            self.walls.append(rec.wall_s)
+        self.bar.advance(self.task_id)
+        if not self.quiet:
+            self.console.print(self._line(rec), highlight=False)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if not self.quiet:
+            self._live.update(self._render())
+
+    def _line(self, r: JobRecord) -> str:
+        what = r.reason if r.status != "done" else " ".join(
+            x for x in (r.verdict, f"{r.speedup:.3g}x" if r.speedup else None, r.perf_verdict) if x)
+        cost = "" if r.cost_usd is None else f" ${r.cost_usd:.4f}"
+        return f"{MARK[r.status]} {r.key}  {what}{cost}  [dim]{r.wall_s:.1f}s[/]"
+
+    def _render(self) -> Group:
+        done = sum(self.counts.values())
+        mean = sum(self.walls) / len(self.walls) if self.walls else None
+        eta = eta_seconds(self.total - done, mean, min(self.workers, max(1, self.total - done)))
+        c = self.counts
+        status = Text.from_markup(
+            f"done [green]{c['done']}[/] · running [cyan]{len(self.running)}[/] · failed [red]{c['failed']}[/] · "
+            f"skipped [yellow]{c['skipped']}[/] · ETA {_hms(eta)} · spent ${self.cost:.4f}")
+        return Group(self.bar, status)

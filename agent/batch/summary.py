@@ -1,0 +1,348 @@
+"""What a batch achieved, per model and per task: pure functions over job records.
+
+`summarize_run(run_dir)` reads a run's files (the ledger if there is one, and every
+report.json, which is the source of truth) and hands them to `summarize`, which is pure,
+so `perfagent review` / `report` can reuse it on any run folder.
+
+Definitions (the ones the tables print):
+- jobs: jobs that ran (done + failed); skipped and pending jobs are counted apart.
+- correct: the final evaluation's verdict is "pass"; faster: correct and the perf verdict
+  is "faster" (the interval excludes 1).
+- geomean speedup: over correct jobs that have a perf measurement.
+- Opt@K (GSO's grader, gso/harness/grading/metrics.py): a task counts when one of its K
+  samples is correct, at least 1.2x faster than the baseline (GSO's MIN_PROB_SPEEDUP: a
+  patch that changes nothing cannot "match" a reference that gains little), and reaches at
+  least 95% of the reference patch's speedup measured in the same interleaved rounds. Only
+  tasks with a reference patch are in the denominator.
+- fraction of reference: mean of (s - 1) / (s_ref - 1) over correct jobs with a reference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.table import Table
+
+from agent.batch.ledger import JobRecord, Ledger, Tokens, commands_seconds, figures_from_report
+
+SCHEMA = "perfagent.batch-summary/1"
+OPT_THRESHOLD = 0.95  # share of the reference's speedup a sample must reach
+OPT_MIN_SPEEDUP = 1.2  # and its own speedup over the baseline
+PLAN = "batch.json"
+
+
+# -- statistics (pure) ----------------------------------------------------------------------
+def geometric_mean(values: Iterable[float]) -> float | None:
+    """Geometric mean of positive values; None for none. Speedups multiply, so they average this way."""
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD, min_speedup: float = OPT_MIN_SPEEDUP) -> bool:
+    """GSO's Opt criterion for one sample: correct, >= `min_speedup` over the baseline, and
+    >= `threshold` of the reference's speedup."""
+    if not r.correct or r.speedup is None or r.reference_speedup is None:
+        return False
+    return r.speedup >= min_speedup and r.speedup >= threshold * r.reference_speedup
+
+
+def opt_at_k(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD,
+             min_speedup: float = OPT_MIN_SPEEDUP) -> tuple[int, int]:
+    """(tasks solved, tasks counted): a task with a reference counts once, solved if any sample reaches it."""
+    counted = solved = 0
+    for records in by_task.values():
+        if not any(r.has_reference for r in records):
+            continue
+        counted += 1
+        solved += any(reaches_reference(r, threshold, min_speedup) for r in records)
+    return solved, counted
+
+
+# -- the summary's shape ----------------------------------------------------------------------
+class ModelSummary(BaseModel):
+    model: str
+    jobs: int  # done + failed
+    done: int
+    failed: int
+    skipped: int
+    pending: int
+    correct: int
+    correct_rate: float | None
+    faster: int
+    faster_rate: float | None
+    geomean_speedup: float | None  # over correct jobs with a perf measurement
+    speedup_jobs: int  # how many jobs that mean is over
+    opt_k: int
+    opt_solved: int
+    opt_tasks: int  # tasks with a reference patch
+    opt_at_k: float | None
+    fraction_of_reference: float | None
+    cost_usd: float  # known costs only
+    cost_unknown_jobs: int  # jobs whose model has no price
+    cost_per_job: float | None
+    tokens: Tokens
+    wall_s: float  # summed over jobs
+    model_s: float
+    commands_s: float
+    overhead_s: float
+    overhead_per_job_s: float | None
+
+
+class TaskRow(BaseModel):
+    task: str
+    model: str
+    jobs: int
+    correct: int
+    faster: int
+    best_speedup: float | None  # over correct samples
+    reference_speedup: float | None  # median over the samples that measured it
+    opt: bool | None  # None: the task has no reference
+    cost_usd: float
+    statuses: dict[str, int]
+
+
+class BatchSummary(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    run_id: str
+    generated_at: float
+    samples: int  # K
+    opt_threshold: float = OPT_THRESHOLD
+    opt_min_speedup: float = OPT_MIN_SPEEDUP
+    models: list[ModelSummary]
+    tasks: list[TaskRow]
+    jobs: list[JobRecord]
+    elapsed_s: float | None = None  # this batch session's wall time, when a batch wrote the summary
+    jobs_run: int | None = None  # jobs that ran in that session
+    jobs_per_minute: float | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+def summarize(records: Sequence[JobRecord], *, run_id: str, samples: int | None = None,
+              planned: Sequence[tuple[str, str]] = ()) -> BatchSummary:
+    """The summary of a run from its job records (last state per job). `planned`: (key, model) of every job."""
+    k = samples or max((r.sample + 1 for r in records), default=1)
+    by_model: dict[str, list[JobRecord]] = defaultdict(list)
+    for r in records:
+        by_model[r.model].append(r)
+    seen = {r.key for r in records}
+    pending: dict[str, int] = defaultdict(int)
+    for key, model in planned:
+        if key not in seen:
+            pending[model] += 1
+            by_model.setdefault(model, [])
+    models = [_model_summary(m, rs, k, pending[m]) for m, rs in by_model.items()]
+    tasks = [_task_row(t, m, rs) for (t, m), rs in _group(records, lambda r: (r.task, r.model)).items()]
+    return BatchSummary(run_id=run_id, generated_at=time.time(), samples=k, models=models,
+                        tasks=sorted(tasks, key=lambda t: (t.task, t.model)),
+                        jobs=sorted(records, key=lambda r: r.key))
+
+
+def _group(records: Iterable[JobRecord], key) -> dict[Any, list[JobRecord]]:
+    out: dict[Any, list[JobRecord]] = defaultdict(list)
+    for r in records:
+        out[key(r)].append(r)
+    return out
+
+
+def _model_summary(model: str, rs: list[JobRecord], k: int, pending: int) -> ModelSummary:
+    ran = [r for r in rs if r.status != "skipped"]
+    correct = [r for r in ran if r.correct]
+    speedups = [r.speedup for r in correct if r.speedup is not None]
+    fractions = [r.fraction_of_reference for r in correct if r.fraction_of_reference is not None]
+    solved, counted = opt_at_k(_group(ran, lambda r: r.task))
+    known = [r.cost_usd for r in ran if r.cost_usd is not None]
+    overhead = sum(r.overhead_s for r in ran)
+    return ModelSummary(
+        model=model, jobs=len(ran), done=sum(r.status == "done" for r in rs),
+        failed=sum(r.status == "failed" for r in rs), skipped=sum(r.status == "skipped" for r in rs),
+        pending=pending, correct=len(correct), correct_rate=rate(len(correct), len(ran)),
+        faster=sum(r.faster for r in ran), faster_rate=rate(sum(r.faster for r in ran), len(ran)),
+        geomean_speedup=geometric_mean(speedups), speedup_jobs=len(speedups),
+        opt_k=k, opt_solved=solved, opt_tasks=counted, opt_at_k=rate(solved, counted),
+        fraction_of_reference=sum(fractions) / len(fractions) if fractions else None,
+        cost_usd=sum(known), cost_unknown_jobs=len(ran) - len(known),
+        cost_per_job=sum(known) / len(known) if known else None,
+        tokens=sum((r.tokens for r in ran), Tokens()),
+        wall_s=sum(r.wall_s for r in ran), model_s=sum(r.model_s for r in ran),
+        commands_s=sum(r.commands_s for r in ran), overhead_s=overhead,
+        overhead_per_job_s=overhead / len(ran) if ran else None)
+
+
+def _task_row(task: str, model: str, rs: list[JobRecord]) -> TaskRow:
+    ran = [r for r in rs if r.status != "skipped"]
+    refs = sorted(r.reference_speedup for r in ran if r.reference_speedup is not None)
+    has_ref = any(r.has_reference for r in rs)
+    statuses: dict[str, int] = defaultdict(int)
+    for r in rs:
+        statuses[r.status] += 1
+    return TaskRow(task=task, model=model, jobs=len(ran), correct=sum(r.correct for r in ran),
+                   faster=sum(r.faster for r in ran),
+                   best_speedup=max((r.speedup for r in ran if r.correct and r.speedup is not None), default=None),
+                   reference_speedup=refs[len(refs) // 2] if refs else None,
+                   opt=any(reaches_reference(r) for r in ran) if has_ref else None,
+                   cost_usd=sum(r.cost_usd or 0.0 for r in ran), statuses=dict(statuses))
+
+
+# -- reading a run folder -----------------------------------------------------------------------
+def load_records(run_dir: Path) -> list[JobRecord]:
+    """The last state of every job in `run_dir`, with figures re-read from each report.json.
+
+    Without a ledger (runs made one by one with `perfagent run --job`), every report.json
+    under the run is a job; its folder `<task>/<model-slug>/s<k>` names it.
+    """
+    run_dir = Path(run_dir)
+    out_dir = run_dir.parent.parent
+    ledger = Ledger(run_dir)
+    if ledger.path.is_file():
+        records = list(ledger.latest().values())
+    else:
+        records = [_record_from_folder(run_dir, f) for f in sorted(run_dir.rglob("report.json"))]
+    fresh = []
+    for r in records:
+        report = _read_json(out_dir / r.report) if r.report else None
+        if report is not None:
+            r = r.model_copy(update={**figures_from_report(report),
+                                     "commands_s": commands_seconds((out_dir / r.report).parent)})
+        fresh.append(r)
+    return fresh
+
+
+def _record_from_folder(run_dir: Path, report_file: Path) -> JobRecord:
+    key = report_file.parent.relative_to(run_dir).as_posix()
+    parts = key.split("/")
+    report = _read_json(report_file) or {}
+    if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
+        task, model, sample = parts[0], parts[1], int(parts[2][1:])
+    else:
+        task, model, sample = parts[0], next(iter(report.get("modelUsage") or {}), "unknown"), 0
+    out_dir = run_dir.parent.parent
+    return JobRecord(key=key, task=task, model=model, sample=sample, status="done",
+                     has_reference=bool(((report.get("evaluation") or {}).get("reference"))),
+                     report=report_file.relative_to(out_dir).as_posix(),
+                     wall_s=(report.get("duration_ms") or 0) / 1000,
+                     commands_s=commands_seconds(report_file.parent), **figures_from_report(report))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def summarize_run(run_dir: Path) -> BatchSummary:
+    """Summary of the run folder `results/<run-id>`: reads the files, then `summarize`."""
+    run_dir = Path(run_dir)
+    plan = _read_json(run_dir / PLAN) or {}
+    planned = [(j["key"], j["model"]) for j in plan.get("jobs", [])]
+    return summarize(load_records(run_dir), run_id=run_dir.name, samples=plan.get("samples"), planned=planned)
+
+
+# -- rendering ------------------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}x"
+
+
+def _usd(x: float | None, unknown: int = 0) -> str:
+    s = "-" if x is None else f"${x:.4f}"
+    return s + (f" (+{unknown} unpriced)" if unknown else "")
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}s" if x < 120 else f"{x / 60:.1f}m"
+
+
+def _tok(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+QUALITY_COLUMNS = ("model", "jobs", "correct", "faster", "geomean speedup", "Opt@K", "of ref. gain")
+SPEND_COLUMNS = ("model", "cost", "cost/job", "tokens", "wall", "overhead/job", "failed/skipped/pending")
+TASK_COLUMNS = ("task", "model", "jobs", "correct", "faster", "best speedup", "ref. speedup", "opt", "cost")
+
+
+def quality_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(m.model, str(m.jobs), f"{m.correct} ({_pct(m.correct_rate)})", f"{m.faster} ({_pct(m.faster_rate)})",
+             _x(m.geomean_speedup) + (f" (n={m.speedup_jobs})" if m.speedup_jobs else ""),
+             f"{_pct(m.opt_at_k)} ({m.opt_solved}/{m.opt_tasks})" if m.opt_tasks else "-",
+             _pct(m.fraction_of_reference)) for m in s.models]
+
+
+def spend_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(m.model, _usd(m.cost_usd, m.cost_unknown_jobs), _usd(m.cost_per_job), _tok(m.tokens.total),
+             _secs(m.wall_s), _secs(m.overhead_per_job_s), f"{m.failed}/{m.skipped}/{m.pending}") for m in s.models]
+
+
+def task_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(t.task, t.model, _jobs_cell(t), str(t.correct), str(t.faster), _x(t.best_speedup), _x(t.reference_speedup),
+             "-" if t.opt is None else ("yes" if t.opt else "no"), _usd(t.cost_usd)) for t in s.tasks]
+
+
+def _jobs_cell(t: TaskRow) -> str:
+    other = ", ".join(f"{n} {st}" for st, n in sorted(t.statuses.items()) if st != "done")
+    return f"{t.jobs} ({other})" if other else str(t.jobs)
+
+
+def _sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    rate = f", {s.jobs_per_minute:.2f} jobs/min" if s.jobs_per_minute else ""
+    return [(f"batch {s.run_id}: results per model (Opt@K with K={s.samples})", QUALITY_COLUMNS, quality_rows(s)),
+            (f"batch {s.run_id}: spend per model{rate}", SPEND_COLUMNS, spend_rows(s)),
+            ("per task", TASK_COLUMNS, task_rows(s))]
+
+
+def summary_tables(s: BatchSummary) -> list[Table]:
+    """The summary as rich tables: results per model, spend per model, one row per (task, model)."""
+    tables = []
+    for title, cols, rows in _sections(s):
+        t = Table(title=title)
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        for row in rows:
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
+def summary_markdown(s: BatchSummary) -> str:
+    lines = [f"# batch {s.run_id}", "",
+             f"Opt@K (as GSO grades it): a task counts when one of its K={s.samples} samples is correct, at least "
+             f"{s.opt_min_speedup:g}x faster than the baseline, and reaches {s.opt_threshold:.0%} of the reference "
+             "patch's speedup. \"of ref. gain\": mean (s - 1) / (s_ref - 1) "
+             "over correct jobs. Overhead: job wall time outside model calls and the target's commands.", ""]
+    for title, cols, rows in _sections(s):
+        lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_summary(run_dir: Path, s: BatchSummary) -> tuple[Path, Path]:
+    """summary.json and summary.md beside the ledger, each written atomically."""
+    from agent.run.result import atomic_write
+
+    js, md = Path(run_dir) / "summary.json", Path(run_dir) / "summary.md"
+    atomic_write(js, s.to_json())
+    atomic_write(md, summary_markdown(s))
+    return js, md

@@ -1,0 +1,1 @@
+"""Offline policies: agents that need no API, driven by the analyzers and the checks' structured results."""

@@ -1,0 +1,1 @@
+"""Reading results back: load a results folder once, then show it in the terminal or as one HTML page."""

@@ -1,0 +1,1 @@
+"""What is truly generic: atomic files, JSON lines, path globs, text cuts. Imports nothing of `agent`."""

@@ -1,0 +1,420 @@
+"""`perfagent batch`: job expansion, the ledger, the summary's statistics, and real batches of
+tiny tasks driven by hand-written replay trajectories (local pool, kill -9 + resume, Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.batch.driver import (BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch,
+                         run_flags)
+from agent.batch.ledger import JobRecord, Ledger, Tokens, commands_seconds, is_retryable
+from agent.batch.summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
+                                 summarize_run, summary_markdown, summary_tables)
+from agent.cli import main
+from agent.batch.executors import GpuPool, LaunchConfig, LocalExecutor
+from helpers import make_repo
+
+# -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
+MOD = "COST = 10.0\n\n\ndef f():\n    return COST\n"
+BENCH = ("import json\nimport random\n\nimport mod\n\n"
+         'print(json.dumps({"metric": "ms", "value": mod.f() * (1 + random.random() * 0.02)}))\n')
+REF = """diff --git a/mod.py b/mod.py
+--- a/mod.py
++++ b/mod.py
+@@ -1,4 +1,4 @@
+-COST = 10.0
++COST = 4.0
+ 
+ 
+ def f():
+"""
+TASK = '''id = "{id}"
+repo = "src"
+prompt = "Make f cheaper."
+protected = ["bench.py"]
+requires_gpu = {gpu}
+[correctness]
+command = "python -c 'import mod; assert mod.f() > 0'"
+poison = false
+{perf}{ref}[budget]
+max_turns = 3
+'''
+PERF = '[perf]\ncommand = "python bench.py"\nmetric = "ms"\n'
+
+
+def edit(new: str) -> dict:
+    return {"id": "e", "name": "edit_file", "input": {"path": "mod.py", "old": "COST = 10.0", "new": f"COST = {new}"}}
+
+
+def call(name: str, **inp) -> dict:
+    return {"id": name[:2], "name": name, "input": inp}
+
+
+def trajectory(path: Path, *turns: list[dict]) -> str:
+    path.write_text("".join(json.dumps({"type": "response", "tool_calls": calls}) + "\n" for calls in turns))
+    return f"replay:{path}"
+
+
+def build_project(root: Path) -> tuple[Path, Path, dict[str, str]]:
+    """Tasks t1 (perf + reference), t2 (no perf), tgpu (requires a GPU); replays good (2.5x = the
+    reference), bad (breaks the check), slow (sleeps first), gpu (echoes its device)."""
+    make_repo(root / "src", {"mod.py": MOD, "bench.py": BENCH})
+    (root / "ref.diff").write_text(REF)
+    tasks = root / "tasks"
+    tasks.mkdir()
+    for tid, gpu, perf, ref in (("t1", "false", PERF, '[reference]\npatch = "ref.diff"\n'), ("t2", "false", "", ""),
+                                ("tgpu", "true", "", "")):
+        (tasks / f"{tid}.toml").write_text(TASK.format(id=tid, gpu=gpu, perf=perf, ref=ref))
+    models = {
+        "good": trajectory(root / "good.jsonl", [edit("4.0")], [call("submit", summary="cheaper")]),
+        "bad": trajectory(root / "bad.jsonl", [edit("-1.0")], *[[call("submit", summary="x")]] * 2),
+        "slow": trajectory(root / "slow.jsonl", [call("run", command="sleep 4")], [edit("4.0")],
+                           [call("submit", summary="cheaper")]),
+        "gpu": trajectory(root / "gpu.jsonl", [call("run", command="echo DEVICE=$CUDA_VISIBLE_DEVICES")],
+                          [edit("4.0")], [call("submit", summary="cheaper")]),
+    }
+    return root, tasks, models
+
+
+def _isolate(mp: pytest.MonkeyPatch, root: Path) -> None:
+    """Work in `root`, with the perf device locks under it (not shared with other runs on this machine)."""
+    mp.setenv("HOME", str(root / "home"))
+    mp.chdir(root)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    _isolate(monkeypatch, tmp_path)
+    return build_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    """All fixture tasks x {good, bad} x 2 samples, 2 workers, through the CLI: shared by the
+    end-to-end test and the Ray comparison."""
+    root = tmp_path_factory.mktemp("e2e")
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate(mp, root)
+        root, tasks, models = build_project(root)
+        code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",
+                     "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet"])
+        yield root, tasks, models, code
+
+
+def ledger_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "batch.jsonl").read_text().splitlines()]
+
+
+# -- pure parts ------------------------------------------------------------------------------------------------
+def rec(task="t", model="m", sample=0, status="done", verdict="pass", speedup=None, ref=None, has_ref=False, **kw):
+    return JobRecord(key=f"{task}/{model_slug(model)}/s{sample}", task=task, model=model, sample=sample, status=status,
+                     verdict=verdict, speedup=speedup, reference_speedup=ref, has_reference=has_ref, **kw)
+
+
+def test_geometric_mean():
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geometric_mean([]) is None and geometric_mean([0.0, -1.0]) is None
+
+
+def test_opt_at_k_follows_gso():
+    by_task = {
+        "solved": [rec(verdict="fail", speedup=3.0, ref=2.0, has_ref=True),  # fast but incorrect: no
+                   rec(sample=1, speedup=1.9, ref=2.0, has_ref=True)],  # 95% of 2.0 = 1.9: yes
+        "short": [rec(speedup=1.89, ref=2.0, has_ref=True), rec(sample=1, speedup=1.2, ref=2.0, has_ref=True)],
+        "broken": [rec(verdict="fail", has_ref=True)],  # no sample correct: counted, not solved
+        "small": [rec(speedup=1.05, ref=1.04, has_ref=True)],  # matches a reference that gains little: < 1.2x
+        "no-ref": [rec(speedup=5.0)],  # no reference patch: not counted
+    }
+    assert opt_at_k(by_task) == (1, 4)
+    assert not reaches_reference(rec(status="failed", speedup=3.0, ref=2.0))
+
+
+def test_summarize_counts_rates_and_spend():
+    recs = [
+        rec("a", "m1", 0, speedup=2.0, ref=2.0, has_ref=True, perf_verdict="faster", cost_usd=0.5,
+            tokens=Tokens(input=100, output=10), wall_s=10, model_s=4, commands_s=5),
+        rec("a", "m1", 1, verdict="fail", cost_usd=None, wall_s=3),
+        rec("b", "m1", 0, speedup=8.0, perf_verdict="faster", cost_usd=0.25, wall_s=2),
+        rec("b", "m1", 1, status="failed", verdict=None, reason="no report"),
+        rec("g", "m1", 0, status="skipped", verdict=None, reason="needs a GPU"),
+    ]
+    s = summarize(recs, run_id="r", samples=2, planned=[(r.key, r.model) for r in recs] + [("g/m1/s1", "m1")])
+    (m,) = s.models
+    assert (m.jobs, m.done, m.failed, m.skipped, m.pending) == (4, 3, 1, 1, 1)
+    assert (m.correct, m.correct_rate, m.faster) == (2, 0.5, 2)
+    assert m.geomean_speedup == pytest.approx(4.0) and m.speedup_jobs == 2
+    assert (m.opt_solved, m.opt_tasks, m.opt_at_k, m.opt_k) == (1, 1, 1.0, 2)
+    assert m.cost_usd == 0.75 and m.cost_unknown_jobs == 2 and m.cost_per_job == pytest.approx(0.375)
+    assert m.tokens.total == 110 and m.overhead_s == pytest.approx(1 + 3 + 2)
+    row = next(t for t in s.tasks if t.task == "a")
+    assert row.opt is True and row.best_speedup == 2.0 and row.correct == 1
+    assert next(t for t in s.tasks if t.task == "g").statuses == {"skipped": 1}
+    again = BatchSummary.model_validate_json(s.to_json())
+    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/1"
+    assert "| m1 | 4 | 2 (50%)" in summary_markdown(s) and len(summary_tables(s)) == 3
+
+
+def test_model_slugs_are_safe_and_distinct(tmp_path):
+    assert model_slug("anthropic:claude-sonnet-4-5") == "anthropic-claude-sonnet-4-5"
+    assert model_slug("replay:runs/a b/trajectory.jsonl") == "replay-runs-a-b-trajectory.jsonl"
+    long = model_slug("replay:" + "x/" * 60 + "t.jsonl")
+    assert len(long) <= 60 and "/" not in long and long != model_slug("replay:" + "y/" * 60 + "t.jsonl")
+    assert model_arg("replay:t.jsonl", tmp_path) == f"replay:{tmp_path / 't.jsonl'}"
+    assert model_arg("anthropic:claude-sonnet-4-5", tmp_path) == "anthropic:claude-sonnet-4-5"
+
+
+def test_expand_jobs(project):
+    root, tasks, models = project
+    ts = load_tasks(tasks)
+    jobs = expand_jobs(ts, ["rules", models["good"]], 2, cwd=root)
+    assert len(jobs) == 3 * 2 * 2 and len({j.key for j in jobs}) == 12
+    assert [j.sample for j in jobs[:6]] == [0] * 6  # sample-major: an early stop still covers everything
+    assert jobs[0].key == "t1/rules/s0" and jobs[0].has_reference and not jobs[0].requires_gpu
+    with pytest.raises(BatchError, match="share the folder"):
+        expand_jobs(ts, ["a:b", "a/b"], 1, cwd=root)
+
+
+def test_ledger_append_and_torn_line(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.append(rec("a", status="failed", verdict=None))
+    ledger.append(rec("a", speedup=1.5))
+    ledger.append(rec("b"))
+    with open(ledger.path, "a") as f:
+        f.write('{"key": "c", "task": "c", "mod')  # a writer killed mid-line
+    latest = ledger.latest()
+    assert set(latest) == {"a/m/s0", "b/m/s0"} and latest["a/m/s0"].status == "done"
+    assert all(r.finished_at > 0 for r in ledger.lines())
+
+
+def test_only_a_providers_api_error_is_a_failed_job():
+    api_down = {"subtype": "error_during_execution", "result": "model error: overloaded", "modelUsage": {}}
+    assert is_retryable(api_down) == "model error: overloaded"
+    replay_ran_out = {**api_down, "modelUsage": {"replay": {}}}  # deterministic: retrying changes nothing
+    assert is_retryable(replay_ran_out) is None
+    assert is_retryable({"subtype": "error_max_turns", "result": "stopped"}) is None
+    interrupted = {"subtype": "error_during_execution", "result": "interrupted by SIGTERM", "modelUsage": {"replay": {}}}
+    assert is_retryable(interrupted) == "interrupted by SIGTERM"  # not the agent's doing: run it again
+
+
+def test_run_flags_pass_allow_unsandboxed_to_every_job():
+    assert run_flags(timeout=3, allow_unsandboxed=True) == ("--timeout", "3", "--allow-unsandboxed")
+    assert "--allow-unsandboxed" not in run_flags(stream=True)
+
+
+def test_commands_time_counts_each_grading_once(tmp_path):
+    graded = {"verdict": "pass", "duration_s": 5.0}
+    (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},
+                                                      {"full": True, "evaluation": graded}]))
+    run = {"type": "tool_result", "name": "run", "duration_s": 1.5}
+    (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")
+    report = {"evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert commands_seconds(tmp_path) == 8.5  # the final evaluation is the logged full one
+    report["evaluation"]["duration_s"] = 30.0  # made after the loop: not in checks.json
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert commands_seconds(tmp_path) == 8.5 + 30.0
+
+
+def test_gpu_pool_spreads_jobs():
+    pool = GpuPool(["0", "1"])
+    got = [pool.acquire() for _ in range(4)]
+    assert sorted(got) == ["0", "0", "1", "1"]
+    pool.release("1")
+    assert pool.acquire() == "1"
+
+
+class StubExecutor:
+    """Records which jobs it was given; finishes each as done."""
+
+    name = "stub"
+
+    def __init__(self, gpus=0):
+        self.gpus, self.ran = gpus, []
+
+    def gpu_count(self):
+        return self.gpus
+
+    def run(self, jobs, on_start, on_finish):
+        for j in jobs:
+            on_start(j, None)
+            self.ran.append(j.key)
+            on_finish(j.record("done", verdict="pass"))
+
+
+def test_resume_runs_only_unfinished_jobs(project):
+    root, tasks, models = project
+    ts = load_tasks(tasks)
+    cfg = BatchConfig(run_id="r", out_dir=root / "out", quiet=True)
+    first = StubExecutor()
+    run_batch(ts, ["m"], 1, cfg, executor=first)
+    assert first.ran == ["t1/m/s0", "t2/m/s0"]
+    run_dir = root / "out/results/r"
+    with pytest.raises(BatchError, match="--resume"):
+        run_batch(ts, ["m"], 1, cfg, executor=StubExecutor())
+    Ledger(run_dir).append(rec("t2", "m", status="failed", verdict=None, reason="api down"))
+    cfg.resume = True
+    again = StubExecutor()
+    out = run_batch(ts, ["m"], 2, cfg, executor=again)  # one more sample each, and the failed job
+    assert again.ran == ["t2/m/s0", "t1/m/s1", "t2/m/s1"]
+    lines = ledger_lines(run_dir)
+    assert [line["key"] for line in lines if line["status"] == "skipped"] == ["tgpu/m/s0", "tgpu/m/s1"]  # no repeats
+    assert sum(line["status"] == "done" for line in lines) == 5 and out.summary.models[0].done == 4
+    assert json.loads((run_dir / "batch.json").read_text())["samples"] == 2
+    gpu = StubExecutor(gpus=1)
+    run_batch(ts, ["m"], 2, cfg, executor=gpu)  # now a GPU: the skipped jobs run, nothing else
+    assert gpu.ran == ["tgpu/m/s0", "tgpu/m/s1"]
+
+
+def test_summarize_run_without_ledger(tmp_path):
+    """Runs made one by one with `perfagent run --job <task>/<model>/s<k>` are summarised from their reports."""
+    run_dir = tmp_path / "results" / "solo"
+    for k, verdict in enumerate(["pass", "fail"]):
+        d = run_dir / "t1" / "anthropic-claude-sonnet-4-5" / f"s{k}"
+        d.mkdir(parents=True)
+        (d / "report.json").write_text(json.dumps({
+            "subtype": "success", "total_cost_usd": 0.1, "duration_ms": 2000, "duration_api_ms": 500,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "evaluation": {"verdict": verdict, "speedup": 1.5, "perf": {"verdict": "faster"}}}))
+    s = summarize_run(run_dir)
+    (m,) = s.models
+    assert m.model == "anthropic-claude-sonnet-4-5" and m.jobs == 2 and m.correct == 1 and m.faster == 1
+    assert m.cost_usd == pytest.approx(0.2) and m.model_s == 1.0 and s.samples == 2
+
+
+def test_cli_errors_are_one_line(project, capsys):
+    root, tasks, models = project
+    assert main(["batch", str(tasks), "--resume"]) == 2
+    assert "--resume needs the --run-id" in capsys.readouterr().err
+    (tasks / "broken.toml").write_text('id = "broken"\n')
+    assert main(["batch", str(tasks), "--models", "rules", "--quiet"]) == 2
+    assert "invalid task" in capsys.readouterr().err
+
+
+def test_ray_missing_is_a_clean_error(project, monkeypatch, capsys):
+    root, tasks, models = project
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    assert main(["batch", str(tasks / "t2.toml"), "--models", models["good"], "--executor", "ray", "--quiet"]) == 2
+    assert "needs Ray, which is not installed here" in capsys.readouterr().err
+
+
+# -- real batches ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_local_batch_end_to_end(e2e, capsys):
+    root, tasks, models, code = e2e
+    assert code == 0
+    run_dir = root / "out/results/e2e"
+    lines = ledger_lines(run_dir)
+    assert len(lines) == 12 and len({line["key"] for line in lines}) == 12
+    skipped = [line for line in lines if line["status"] == "skipped"]
+    assert len(skipped) == 4 and all("requires a GPU" in line["reason"] for line in skipped)
+    for line in lines:
+        if line["status"] == "done":
+            assert (root / "out" / line["report"]).is_file() and (root / "out" / line["patch"]).is_file()
+    s = json.loads((run_dir / "summary.json").read_text())
+    good, bad = sorted(s["models"], key=lambda m: m["model"].endswith("bad.jsonl"))
+    assert (good["jobs"], good["correct"], good["skipped"], good["opt_solved"], good["opt_tasks"]) == (4, 4, 2, 1, 1)
+    assert good["faster"] == 2 and 2.2 < good["geomean_speedup"] < 2.8  # t1 measured 2.5x; t2 has no perf
+    assert (bad["jobs"], bad["correct"], bad["opt_solved"]) == (4, 0, 0)
+    assert s["jobs_per_minute"] > 0 and (run_dir / "summary.md").read_text().startswith("# batch e2e")
+
+
+def group_alive(pgid: int) -> bool:
+    """A live (not zombie) process in the group; zombies are dead, whoever reaps them."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_gives_one_result_per_job(project):
+    root, tasks, models = project
+    argv = [sys.executable, "-m", "agent.cli", "batch", str(tasks / "t2.toml"), "--models",
+            f"{models['slow']},{models['good']}", "--samples", "2", "--workers", "2", "--run-id", "k", "--out", "out",
+            "--quiet"]
+    run_dir = root / "out/results/k"
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (run_dir / "batch.jsonl").is_file() or not (run_dir / "batch.jsonl").read_text().strip():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no job finished in 60 s"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)  # the batch alone: its fork server and job processes must follow
+    proc.wait()
+    deadline = time.monotonic() + 2  # well before the job in flight (sleep 4) could end by itself
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = group_alive(proc.pid)
+    if orphans:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not orphans, "job processes outlived the killed batch"
+    before = {line["key"]: line for line in ledger_lines(run_dir)}
+    assert 1 <= len(before) < 4, "the batch was not interrupted halfway"
+    uuids = {k: json.loads((root / "out" / r["report"]).read_text())["uuid"] for k, r in before.items()}
+
+    assert main(["batch", "--run-id", "k", "--out", "out", "--resume", "--quiet"]) == 0  # set and models from the plan
+    lines = ledger_lines(run_dir)
+    keys = [line["key"] for line in lines]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 4 and all(line["status"] == "done" for line in lines)
+    for k, u in uuids.items():  # a finished job is never re-run
+        assert json.loads((root / "out" / before[k]["report"]).read_text())["uuid"] == u
+    reports = list((root / "out/results/k").rglob("report.json"))
+    assert len(reports) == 4 and len(list((root / "out/patches/k").rglob("model_patch.diff"))) == 4
+
+
+@pytest.mark.slow
+def test_each_job_sees_one_gpu(project):
+    """--gpus 0,1: every job's commands see exactly one device, and both devices get jobs."""
+    root, tasks, models = project
+    cfg = LaunchConfig(run_id="g", out_dir=str(root / "out"), cwd=str(root))
+    ts = load_tasks(tasks / "t2.toml")
+    jobs = expand_jobs(ts, [models["gpu"]], 2, cwd=root)
+    seen: dict[str, str] = {}
+    executor = LocalExecutor(cfg, workers=2, gpus=["0", "1"])
+    executor.run(jobs, lambda job, device: None, lambda r: seen.update({r.key: r.device}))
+    assert sorted(seen.values()) == ["0", "1"]
+    for key, device in seen.items():
+        traj = (root / "out/results/g" / key / "trajectory.jsonl").read_text()
+        assert f"DEVICE={device}\\n" in traj
+
+
+@pytest.mark.slow
+def test_ray_executor_matches_local(e2e):
+    """The first sample of t1 and tgpu on a local Ray cluster: the same verdicts and counts as the
+    local executor gave those jobs in the end-to-end run."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'perfagent[ray]')")
+    root, tasks, models, _ = e2e
+    ts = load_tasks(tasks / "t1.toml") + load_tasks(tasks / "tgpu.toml")
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate(mp, root)
+        mp.delenv("RAY_ADDRESS", raising=False)
+        cfg = BatchConfig(run_id="ray", out_dir=root / "out", workers=2, executor="ray", quiet=True)
+        try:
+            got = run_batch(ts, [models["good"], models["bad"]], 1, cfg).summary
+        finally:
+            ray.shutdown()
+    local = summarize_run(root / "out/results/e2e")
+    keys = {j.key for j in got.jobs}
+    want = summarize([j for j in local.jobs if j.key in keys], run_id="ray", samples=1)
+
+    def comparable(s: BatchSummary):
+        return ([(m.model, m.jobs, m.done, m.failed, m.skipped, m.correct, m.faster, m.opt_solved, m.opt_tasks)
+                 for m in sorted(s.models, key=lambda m: m.model)],
+                [(j.key, j.status, j.verdict, j.perf_verdict) for j in s.jobs])
+
+    assert len(keys) == 4 and comparable(got) == comparable(want)
+    good = next(m for m in got.models if m.model == models["good"])
+    assert good.geomean_speedup == pytest.approx(2.5, rel=0.1)
+    assert len(list((root / "out/results/ray").rglob("report.json"))) == 2  # shipped back from the workers

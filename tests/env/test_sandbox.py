@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+
+import pytest
+
+from agent.env.sandbox import base_env, isolation, run_command
+
+sealed = pytest.mark.skipif(isolation().mode != "bwrap", reason="bubblewrap is not usable on this machine")
+
+
+def still_written(path, wait=0.6) -> bool:
+    """True if something keeps appending to `path` (a process outlived its command)."""
+    before = path.stat().st_size if path.exists() else 0
+    time.sleep(wait)
+    return (path.stat().st_size if path.exists() else 0) != before
+
+
+def test_exit_code_output_and_duration(tmp_path):
+    res = run_command("echo out; echo err >&2; exit 3", tmp_path)
+    assert res.exit_code == 3 and not res.ok and not res.timed_out
+    assert "out" in res.output and "err" in res.output
+    assert res.duration_s >= 0
+
+
+def test_timeout_kills_every_process(tmp_path):
+    start = time.monotonic()
+    res = run_command("(while true; do echo x >> beat; sleep 0.05; done) & sleep 60", tmp_path, timeout_s=1)
+    assert res.timed_out and not res.ok
+    assert time.monotonic() - start < 10
+    assert not still_written(tmp_path / "beat"), "the background child survived the timeout"
+
+
+def test_background_child_cannot_hang_a_finished_command(tmp_path):
+    start = time.monotonic()
+    res = run_command("(sleep 30 &) ; echo done", tmp_path, timeout_s=20)
+    assert res.ok and "done" in res.output
+    assert time.monotonic() - start < 10
+
+
+def test_output_is_capped_keeping_head_and_tail(tmp_path):
+    res = run_command("echo FIRST; head -c 200000 /dev/zero | tr '\\0' x; echo; echo LAST", tmp_path, max_output=1000)
+    assert res.output.startswith("FIRST") and res.output.rstrip().endswith("LAST")
+    assert res.cut_bytes > 190_000 and f"{res.cut_bytes} bytes of output cut" in res.output
+    assert len(res.output) < 1200
+
+
+def test_huge_output_costs_bounded_memory(tmp_path):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res = run_command("yes | head -c 300000000; echo END", tmp_path, max_output=2000)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert res.ok and res.cut_bytes > 299_000_000 and res.output.rstrip().endswith("END")
+    assert grown_mb < 50, f"the harness grew by {grown_mb:.0f} MB reading 300 MB of output"
+
+
+def test_environment_is_controlled(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    res = run_command("env", tmp_path, env=base_env({"EXTRA": "1"}))
+    assert "sk-secret" not in res.output and "EXTRA=1" in res.output
+    py = run_command("python -c 'import sys; print(sys.executable)'", tmp_path)
+    assert py.ok
+
+
+@sealed
+def test_no_network_not_even_the_hosts_loopback(tmp_path):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        probe = f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+        res = run_command(probe, tmp_path)
+    finally:
+        server.close()
+    assert res.isolation == "bwrap" and not res.ok
+    assert "Connection refused" in res.output or "unreachable" in res.output
+
+
+@sealed
+def test_only_the_workspace_and_a_private_tmp_are_writable(tmp_path):
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    res = run_command(f"echo a > {outside}/x; echo b > /tmp/x && cat /tmp/x; echo c > here", ws)
+    assert not (outside / "x").exists()
+    assert "b" in res.output and (ws / "here").read_text() == "c\n"
+    assert run_command("cat /tmp/x", ws).exit_code != 0, "the private /tmp must not outlive its command"
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    assert run_command(f"echo d > {extra}/y", ws, writable=(extra,)).ok and (extra / "y").exists()
+
+
+@sealed
+def test_workspace_git_is_read_only(tmp_path):
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    res = run_command("echo evil > .git/hooks/pre-commit; git config core.fsmonitor evil", tmp_path)
+    assert not (tmp_path / ".git" / "hooks" / "pre-commit").exists()
+    assert "Read-only" in res.output
+
+
+@sealed
+def test_home_folders_are_hidden(tmp_path):
+    home = os.path.expanduser("~")
+    secret = os.path.join(home, ".perfagent-test-secret")
+    with open(secret, "w") as f:
+        f.write("TOP-SECRET")
+    try:
+        res = run_command(f"cat {secret}; python -c 'print(1 + 1)'", tmp_path)
+    finally:
+        os.unlink(secret)
+    assert "TOP-SECRET" not in res.output
+    assert "2" in res.output, "the interpreter under the hidden home must still work"
+
+
+@sealed
+def test_no_harness_process_is_visible_or_reachable(tmp_path):
+    me = os.getpid()
+    res = run_command(f"ls /proc | grep -c '^[0-9]'; cat /proc/{me}/environ; kill -9 {me}; "
+                      f"nsenter -t {me} -n true && echo ENTERED; grep CapEff /proc/self/status", tmp_path,
+                      env=base_env({"SECRET_MARK": "x"}))
+    assert int(res.output.split()[0]) < 10  # the sandbox's own few processes
+    assert "ENTERED" not in res.output
+    assert "CapEff:\t0000000000000000" in res.output
+
+
+@sealed
+def test_daemons_die_with_the_command(tmp_path):
+    res = run_command("setsid -f sh -c 'while true; do echo x >> beat; sleep 0.05; done'; "
+                      "(sh -c 'while true; do echo y >> beat2; sleep 0.05; done' &) ; sleep 0.3", tmp_path)
+    assert res.ok
+    assert (tmp_path / "beat").exists() and (tmp_path / "beat2").exists()
+    assert not still_written(tmp_path / "beat") and not still_written(tmp_path / "beat2")
+
+
+@sealed
+def test_file_size_limit(tmp_path):
+    from agent.env.sandbox import ResourceLimits
+
+    limits = ResourceLimits(memory_bytes=4 << 30, file_bytes=1 << 20)
+    res = run_command("head -c 5000000 /dev/zero > big; echo rc=$?", tmp_path, limits=limits)
+    assert (tmp_path / "big").stat().st_size <= 1 << 20
+    assert "rc=0" not in res.output
+
+
+@sealed
+def test_tools_on_path_under_a_hidden_folder_stay_usable(tmp_path):
+    """A venv or tool folder in /tmp (a CI checkout, say) is mounted back read-only, not hidden."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "mytool").write_text("#!/bin/sh\necho tool-ran\n")
+    (tools / "mytool").chmod(0o755)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = base_env()
+    env["PATH"] = f"{tools}:{env['PATH']}"
+    res = run_command(f"mytool; touch {tools}/x", ws, env=env)
+    assert "tool-ran" in res.output and not (tools / "x").exists()

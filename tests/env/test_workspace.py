@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.env.workspace import PatchError, Workspace, WorkspaceError, matches_any
+from helpers import make_repo
+
+
+def status(path) -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=path, capture_output=True, text=True).stdout
+
+
+def test_clone_of_local_repo_is_shared_and_leaves_source_alone(tmp_path, small_repo):
+    src = Path(small_repo.working_tree_dir)
+    ws = Workspace.create(src, "HEAD", tmp_path / "ws")
+    assert (ws.root / "pkg/mod.py").read_text() == (src / "pkg/mod.py").read_text()
+    assert (ws.root / ".git/objects/info/alternates").exists()  # objects borrowed, not copied
+    (ws.root / "pkg/mod.py").write_text("changed\n")
+    (ws.root / "new.py").write_text("x = 1\n")
+    ws.snapshot("c1")
+    assert status(src) == "" and small_repo.head.commit.message == "init"
+    assert "perfagent/run" not in [h.name for h in small_repo.heads]
+
+
+def test_diff_changed_files_and_patch_roundtrip(tmp_path, small_repo):
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    (ws.root / "pkg/mod.py").write_text((ws.root / "pkg/mod.py").read_text().replace("zeros", "empty"))
+    (ws.root / "pkg/new.py").write_text("y = 2\n")
+    assert ws.changed_files() == ["pkg/mod.py", "pkg/new.py"]
+    diff = ws.diff()
+    assert "-    return torch.zeros(4)" in diff and "+    return torch.empty(4)" in diff and "+y = 2" in diff
+    # the diff applies to a fresh checkout of base
+    other = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws2")
+    other.apply_patch(diff)
+    assert other.changed_files() == ["pkg/mod.py", "pkg/new.py"]
+    assert other.diff() == diff
+
+
+def test_reset_and_snapshot(tmp_path, small_repo):
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    (ws.root / "README.md").write_text("v1\n")
+    sha = ws.snapshot("candidate 1")
+    (ws.root / "README.md").write_text("v2\n")
+    (ws.root / "junk.txt").write_text("junk\n")
+    ws.reset(sha)
+    assert (ws.root / "README.md").read_text() == "v1\n" and not (ws.root / "junk.txt").exists()
+    assert ws.changed_files() == ["README.md"]  # snapshots do not move the base
+    ws.reset()
+    assert ws.changed_files() == [] and ws.diff() == ""
+
+
+def test_plain_folder_becomes_baseline_commit_without_touching_it(tmp_path):
+    src = tmp_path / "plain"
+    (src / "a").mkdir(parents=True)
+    (src / "a/x.py").write_text("x = 1\n")
+    (src / "a/__pycache__").mkdir()
+    (src / "a/__pycache__/x.pyc").write_bytes(b"\0")
+    ws = Workspace.create(src, dest=tmp_path / "ws")
+    assert (ws.root / "a/x.py").read_text() == "x = 1\n"
+    assert not (ws.root / "a/__pycache__").exists()
+    assert not (src / ".git").exists()
+    assert sorted(p.name for p in src.rglob("*")) == ["__pycache__", "a", "x.py", "x.pyc"]
+
+
+def test_folder_inside_another_repo_is_treated_as_plain(tmp_path):
+    outer = make_repo(tmp_path / "outer", {"sub/m.py": "m = 1\n", "top.py": "t = 1\n"})
+    ws = Workspace.create(Path(outer.working_tree_dir) / "sub", dest=tmp_path / "ws")
+    assert sorted(p.name for p in ws.root.iterdir() if p.name != ".git") == ["m.py"]
+
+
+def test_base_commit_and_protected_restore(tmp_path, small_repo):
+    first = small_repo.head.commit.hexsha
+    (Path(small_repo.working_tree_dir) / "README.md").write_text("second\n")
+    small_repo.index.add(["README.md"])
+    small_repo.index.commit("second")
+    ws = Workspace.create(small_repo.working_tree_dir, first, tmp_path / "ws")
+    assert ws.base_commit == first and (ws.root / "README.md").read_text() == "hello\n"
+    (ws.root / "tests/test_mod.py").write_text("def test_f():\n    pass\n")
+    (ws.root / "tests/test_new.py").write_text("def test_g():\n    pass\n")
+    (ws.root / "pkg/mod.py").write_text("# edited\n")
+    assert ws.protected_changes(["tests/**"]) == ["tests/test_mod.py", "tests/test_new.py"]
+    assert ws.restore_paths(["tests/**"]) == ["tests/test_mod.py", "tests/test_new.py"]
+    assert ws.changed_files() == ["pkg/mod.py"]
+    assert "assert f().sum() == 0" in (ws.root / "tests/test_mod.py").read_text()
+
+
+def test_errors(tmp_path, small_repo):
+    with pytest.raises(WorkspaceError, match="repo not found"):
+        Workspace.create(tmp_path / "missing", dest=tmp_path / "ws")
+    with pytest.raises(WorkspaceError, match="unknown base commit"):
+        Workspace.create(small_repo.working_tree_dir, "nope", tmp_path / "ws2")
+    assert not (tmp_path / "ws2").exists()
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws3")
+    bad = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,1 +1,1 @@\n-not there\n+x\n"
+    with pytest.raises(PatchError):
+        ws.apply_patch(bad)
+    assert ws.changed_files() == []
+
+
+def test_clone_from_git_url(tmp_path, small_repo):
+    ws = Workspace.create(f"file://{small_repo.working_tree_dir}", dest=tmp_path / "ws")
+    assert (ws.root / "pkg/mod.py").exists()
+
+
+@pytest.mark.parametrize("path, pats, hit", [
+    ("tests/test_mod.py", ["tests/**"], True),
+    ("tests/deep/x/y.py", ["tests/**"], True),
+    ("pkg/tests.py", ["tests/**"], False),
+    ("bench/b.py", ["tests/**", "bench/**"], True),
+    ("pkg/conftest.py", ["**/conftest.py"], True),
+    ("conftest.py", ["conftest.py"], True),
+    ("pkg/mod.py", ["*.md"], False),
+])
+def test_matches_any(path, pats, hit):
+    assert matches_any(path, pats) is hit
+
+
+def test_the_harness_git_runs_no_program_anyone_planted(tmp_path, small_repo, monkeypatch):
+    """Hooks, fsmonitor, filters, textconv, external diff, a global config: none runs from our git,
+    even with the workspace's .git writable (as it is when no sandbox is available)."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\ncat\n")
+    evil.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {tmp_path}/hooks\n\tfsmonitor = {evil}\n"
+                                     f"[diff]\n\texternal = {evil}\n")
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "hooks").mkdir()
+    for hook in ("pre-commit", "post-commit", "post-checkout", "reference-transaction"):
+        (tmp_path / "hooks" / hook).write_text(evil.read_text())
+        (tmp_path / "hooks" / hook).chmod(0o755)
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    git_dir = ws.root / ".git"
+    with open(git_dir / "config", "a") as f:
+        f.write(f"[core]\n\tfsmonitor = {evil}\n\thooksPath = {tmp_path}/hooks\n"
+                f"[filter \"evil\"]\n\tclean = {evil}\n\tsmudge = {evil}\n\trequired = true\n"
+                f"[diff \"evil\"]\n\ttextconv = {evil}\n\tcommand = {evil}\n")
+    (git_dir / "hooks").mkdir(exist_ok=True)
+    (git_dir / "hooks" / "pre-commit").write_text(evil.read_text())
+    (git_dir / "hooks" / "pre-commit").chmod(0o755)
+    (ws.root / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (ws.root / "pkg/mod.py").write_text("changed\n")
+
+    assert "+changed" in ws.diff()
+    ws.changed_files()
+    sha = ws.snapshot("c")
+    ws.restore_paths(["pkg/**"])
+    ws.reset(sha)
+    assert not marker.exists(), marker.read_text()

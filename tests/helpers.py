@@ -1,0 +1,274 @@
+"""Builders the test modules share: small real repos, a checks fixture package, results folders.
+
+Test modules import from here (or use conftest's fixtures), never from each other.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from agent.batch.driver import model_slug
+from agent.batch.ledger import JobRecord, Ledger, figures_from_report
+from agent.batch.summary import summarize_run, write_summary
+from agent.checks import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
+                          ReferenceResult, compare)
+from agent.env.workspace import Workspace
+from agent.models.base import Usage
+from agent.models.pricing import cost_usd, load_prices
+from agent.run.loop import Outcome
+from agent.run.result import build_report, write_json
+from agent.task import load_task
+
+# -- real git repos ---------------------------------------------------------------------------------
+AUTHOR = git.Actor("test", "test@localhost")
+
+
+def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.Repo:
+    """A real git repo at `path` with `files` committed."""
+    repo = git.Repo.init(path)
+    for name, text in files.items():
+        f = path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    repo.index.add(list(files))
+    repo.index.commit(message, author=AUTHOR, committer=AUTHOR)
+    return repo
+
+
+# -- a small torch package with tests and a bench, for the checks ---------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+
+FIXTURE = {
+    "pkg/__init__.py": "",
+    "pkg/buffers.py": '''import torch
+
+N = 2_000_000
+
+
+def staged(src):
+    """A scratch copy: every element is written before it is read."""
+    buf = torch.zeros(src.shape, dtype=src.dtype)
+    buf.copy_(src)
+    return buf
+
+
+def half_ones():
+    """Relies on the zero fill: only the first half is written."""
+    buf = torch.zeros(N)
+    buf[: N // 2] = 1.0
+    return buf
+''',
+    "pkg/work.py": '''ITERS = 60_000
+
+
+def spin(iters=None):
+    x = 0
+    for i in range(ITERS if iters is None else iters):
+        x += i
+    return x
+
+
+def never_called():
+    return "nobody tests this"
+''',
+    "tests/test_pkg.py": '''import torch
+
+from pkg.buffers import half_ones, staged
+from pkg.work import spin
+
+
+def test_staged():
+    src = torch.arange(6.0)
+    assert torch.equal(staged(src), src)
+
+
+def test_half_ones():
+    assert half_ones().sum().item() == 1_000_000
+
+
+def test_spin():
+    assert spin(10) == 45
+''',
+    "bench/bench.py": '''import json
+import statistics
+import time
+
+from pkg.work import spin
+
+times = []
+for _ in range(25):
+    t = time.perf_counter()
+    spin()
+    times.append((time.perf_counter() - t) * 1000)
+print("warming up")
+print(json.dumps({"metric": "other_ms", "value": 1.0, "unit": "ms"}))
+print(json.dumps({"metric": "spin_ms", "value": statistics.median(times), "unit": "ms"}))
+''',
+}
+
+TESTS = "python -m pytest -q -p no:cacheprovider tests"
+
+
+def make_task(tmp_path: Path, *, correctness: str = TESTS, poison: bool = True, perf: str = "python bench/bench.py",
+              metric: str = "spin_ms", min_effect: float = 0.05, extra: str = "", files: dict | None = None):
+    """A fixture repo with its task file; returns (task, repo path)."""
+    src = tmp_path / "src"
+    make_repo(src, files or FIXTURE)
+    toml = tmp_path / "task.toml"
+    toml.write_text(f'''id = "fixture"
+repo = "{src}"
+prompt = "make it faster"
+protected = ["tests/**", "bench/**"]
+{extra}
+[correctness]
+command = "{correctness}"
+poison = {str(poison).lower()}
+timeout_s = 120
+
+[perf]
+command = "{perf}"
+metric = "{metric}"
+min_effect = {min_effect}
+timeout_s = 60
+''')
+    return load_task(toml), src
+
+
+def make_patch(src: Path, tmp_path: Path, edits: dict[str, tuple[str, str] | str]) -> str:
+    """A diff against HEAD of `src`: (old, new) replaces text in a file, a str writes a new file."""
+    ws = Workspace.create(src, "HEAD", tmp_path / f"patch-{len(list(tmp_path.glob('patch-*')))}")
+    for path, edit in edits.items():
+        f = ws.root / path
+        if isinstance(edit, str):
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(edit)
+        else:
+            old, new = edit
+            assert old in f.read_text(), (path, old)
+            f.write_text(f.read_text().replace(old, new))
+    diff = ws.diff()
+    ws.cleanup()
+    return diff
+
+
+SAFE = {"pkg/buffers.py": ("buf = torch.zeros(src.shape, dtype=src.dtype)", "buf = torch.empty(src.shape, dtype=src.dtype)")}
+UNSAFE = {"pkg/buffers.py": ("buf = torch.zeros(N)", "buf = torch.empty(N)")}
+
+
+# -- results folders in the shapes a run or a batch leaves ---------------------------------------------
+SONNET = "anthropic:claude-sonnet-4-5"
+DIFF = """\
+diff --git a/miniattn/flashattention_backend.py b/miniattn/flashattention_backend.py
+--- a/miniattn/flashattention_backend.py
++++ b/miniattn/flashattention_backend.py
+@@ -10,3 +10,3 @@ def init_cuda_graph_state(self, max_bs):
+-        self.cache_seqlens = torch.zeros(max_bs, dtype=torch.int32)
++        self.cache_seqlens = torch.empty(max_bs, dtype=torch.int32)
+         self.page_table = torch.zeros(max_bs, 64, dtype=torch.int32)
+"""
+
+
+@dataclass
+class Job:
+    task: str
+    model: str
+    sample: int
+    verdict: str = "pass"
+    speedup: float | None = 1.5  # None: no perf measurement
+    usage: Usage = field(default_factory=lambda: Usage(input_tokens=1200, output_tokens=900, cache_write_5m=5000,
+                                                       cache_read=40000))
+    turns: int = 6
+    uncovered: list[str] = field(default_factory=list)
+    denied: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{model_slug(self.model)}/s{self.sample}"
+
+
+def evaluation(job: Job, seed: int) -> dict:
+    rng = random.Random(seed)
+    perf = None
+    if job.speedup is not None:
+        base = [10.0 + rng.gauss(0, 0.15) for _ in range(8)]
+        cand = [b / job.speedup + rng.gauss(0, 0.1) for b in base]
+        c = compare(base, cand, "lower", n_resamples=500)
+        perf = PerfResult(metric="init_ms", direction="lower", unit="ms", baseline_samples=base, candidate_samples=cand,
+                          n_pairs=8, baseline_median=c.baseline_median, candidate_median=c.candidate_median,
+                          ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value, verdict=c.verdict)
+    plain = CommandRun(name="plain", command="python -m pytest -q tests", exit_code=0, passed=True, duration_s=2.1)
+    poison_ok = job.verdict != "fail"
+    poison = CommandRun(name="poison", command="python -m pytest -q tests", exit_code=0 if poison_ok else 1,
+                        passed=poison_ok, duration_s=2.4, failing_tests=[] if poison_ok else ["tests/test_graph.py::test_replay"])
+    changed = ["miniattn/flashattention_backend.py:11", *job.uncovered]
+    ev = Evaluation(task_id=job.task, verdict=job.verdict,  # type: ignore[arg-type]
+                    reasons=[] if job.verdict == "pass" else [f"the run is {job.verdict}"],
+                    diff_stats=DiffStats(files=["miniattn/flashattention_backend.py"], insertions=1, deletions=1),
+                    correctness=Correctness(plain=plain, poison=poison),
+                    coverage=CoverageResult(changed=changed, covered=changed[:1], uncovered=job.uncovered),
+                    perf=perf, reference=ReferenceResult(speedup=2.0, fraction_of_reference=0.5) if perf else None,
+                    environment=Environment(cpu="test cpu", torch="2.13.0", python="3.11.7"))
+    return ev.model_dump(mode="json")
+
+
+def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None = None) -> dict:
+    """One finished job: report.json (by the report writer), trajectory, checks.json, the patch."""
+    model_id = job.model.split(":", 1)[-1]
+    offline = job.model == "rules"
+    outcome = Outcome(subtype="success", result=f"## Done\n\nReplaced `torch.zeros` with `torch.empty` ({job.key}).",
+                      num_turns=job.turns, duration_s=42.0, api_duration_s=30.0,
+                      usage_by_model={model_id: Usage() if offline else job.usage},
+                      cost_by_model={model_id: 0.0 if offline else cost_usd(model_id, job.usage, load_prices())})
+    denials = [{"tool_name": "edit_file", "tool_use_id": "t1", "tool_input": {"path": "tests/test_graph.py"},
+                "reason": "tests/test_graph.py is protected"}] if job.denied else []
+    report = build_report(outcome, session_id=f"s-{seed}", evaluation=evaluation(job, seed), permission_denials=denials)
+    key = key or job.key
+    res = out / "results" / run_id / key
+    write_json(res / "report.json", report)
+    (res / "trajectory.jsonl").write_text(json.dumps({"type": "start", "task": job.task}) + "\n")
+    write_json(res / "checks.json", [])
+    patch = out / "patches" / run_id / key / "model_patch.diff"
+    patch.parent.mkdir(parents=True, exist_ok=True)
+    patch.write_text(DIFF)
+    return report
+
+
+def make_batch(out: Path, run_id: str = "batch-a", *, jobs: list[Job] | None = None, damage: bool = True) -> Path:
+    """A batch run folder as the batch leaves it; `damage` adds a corrupt and a missing report.json."""
+    jobs = jobs if jobs is not None else default_jobs()
+    ledger = Ledger(out / "results" / run_id)
+    for i, job in enumerate(jobs):
+        report = write_job(out, run_id, job, seed=i)
+        ledger.append(JobRecord(key=job.key, task=job.task, model=job.model, sample=job.sample, status="done",
+                                has_reference=True, report=f"results/{run_id}/{job.key}/report.json",
+                                patch=f"patches/{run_id}/{job.key}/model_patch.diff", wall_s=45.0,
+                                **figures_from_report(report)))
+    run_dir = out / "results" / run_id
+    if damage:
+        corrupt = Job("metadata-alloc", SONNET, 1)
+        write_job(out, run_id, corrupt, seed=99)
+        ledger.append(JobRecord(key=corrupt.key, task=corrupt.task, model=corrupt.model, sample=1, status="done",
+                                report=f"results/{run_id}/{corrupt.key}/report.json", verdict="pass", speedup=1.2,
+                                cost_usd=0.05, num_turns=4))
+        (run_dir / corrupt.key / "report.json").write_text('{"type": "result", "subtype": "succ')  # torn write
+        crashed = run_dir / "metadata-alloc" / "rules" / "s1"  # the job died before writing its report
+        crashed.mkdir(parents=True)
+        (crashed / "trajectory.jsonl").write_text(json.dumps({"type": "start"}) + "\n")
+    write_summary(run_dir, summarize_run(run_dir))
+    return run_dir
+
+
+def default_jobs() -> list[Job]:
+    return [
+        Job("cuda-graph-buffers", SONNET, 0, speedup=1.8, denied=True),
+        Job("cuda-graph-buffers", SONNET, 1, verdict="fail", speedup=1.9),
+        Job("cuda-graph-buffers", "rules", 0, speedup=1.6, turns=3),
+        Job("cuda-graph-buffers", "rules", 1, verdict="unverified", speedup=1.2, uncovered=["miniattn/x.py:7"]),
+        Job("metadata-alloc", SONNET, 0, speedup=1.05),
+        Job("metadata-alloc", "rules", 0, speedup=None),
+    ]

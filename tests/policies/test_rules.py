@@ -1,0 +1,134 @@
+"""The offline `rules` policy, end to end through the real runner and checks, on code it has never seen."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.models.pricing import load_prices
+from agent.policies.rules import parse_checks
+from agent.run.runner import run_task
+from agent.task import load_task
+from helpers import make_repo
+
+STATE = '''import torch
+
+
+class State:
+    """Per-step buffers, preallocated once."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.bufs = {}
+
+    def init_buffers(self):
+        n = self.n
+        self.bufs["values"] = torch.zeros(n, 16384)
+        self.bufs["scratch"] = torch.zeros(n, 16384)
+        self.bufs["mask"] = torch.zeros(n, dtype=torch.bool)
+        self.total = torch.zeros(16384)
+        self.offsets = torch.zeros(n + 1, dtype=torch.int64)
+
+    def warmup(self):
+        return int(self.bufs["mask"].sum())
+
+    def fill(self, x, lengths):
+        self.bufs["values"].copy_(x)
+        self.bufs["scratch"].copy_(x * 2)
+        self.bufs["mask"].copy_(lengths > 0)
+        self.total += x.sum(0)
+        self.offsets[1:].copy_(torch.cumsum(lengths, 0))
+'''
+
+TESTS = '''import torch
+from mini.state import State
+
+
+def make():
+    s = State(8)
+    s.init_buffers()
+    return s
+
+
+def test_warmup_before_fill():
+    assert make().warmup() == 0
+
+
+def test_fill():
+    s = make()
+    x, lengths = torch.randn(8, 16384), torch.arange(8)
+    s.fill(x, lengths)
+    assert torch.equal(s.bufs["values"], x) and torch.equal(s.bufs["scratch"], x * 2)
+    assert torch.allclose(s.total, x.sum(0))
+    assert s.offsets.tolist() == [0] + torch.cumsum(lengths, 0).tolist()
+    assert s.bufs["mask"].tolist() == (lengths > 0).tolist()
+'''
+
+BENCH = '''import json, statistics, time
+from mini.state import State
+
+s = State(32)
+times = []
+for _ in range(30):
+    t = time.perf_counter()
+    s.init_buffers()
+    times.append((time.perf_counter() - t) * 1000)
+print(json.dumps({"metric": "init_ms", "value": statistics.median(times[5:]), "unit": "ms"}))
+'''
+
+TASK = '''
+id = "mini-buffers"
+repo = "src"
+prompt = "Avoid zero-filling buffers that are written before they are read."
+focus = ["mini/state.py"]
+protected = ["tests/**", "bench.py"]
+[correctness]
+command = "python -m pytest -q -p no:cacheprovider tests"
+[perf]
+command = "python bench.py"
+metric = "init_ms"
+min_effect = 0.2
+max_speedup = 1000  # skipping a memset of unused pages is legitimately far beyond 10x here
+[budget]
+max_turns = 40
+'''
+
+
+def test_parse_checks_reads_the_summary():
+    v = parse_checks("verdict: fail\ntests: pass (1.0s)\ntests with poisoned memory: FAIL (exit 1; failing: "
+                     "tests/t.py::test_replay[draft_topk2-bs3], tests/t.py::b)\nperf: faster: init_ms 1 -> 0.5")
+    assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]" and v.faster
+    v = parse_checks("verdict: pass\ntests: pass\nperf: no significant change: x")
+    assert v.passed and not v.faster and v.perf_line == "no significant change: x"
+
+
+@pytest.mark.slow
+def test_rules_keeps_exactly_the_safe_edits(tmp_path):
+    make_repo(tmp_path / "src", {"mini/__init__.py": "", "mini/state.py": STATE, "tests/test_state.py": TESTS,
+                                 "bench.py": BENCH})
+    (tmp_path / "task.toml").write_text(TASK)
+    task = load_task(tmp_path / "task.toml")
+    result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r1", prices=load_prices())
+    report = result.report
+    assert report["subtype"] == "success" and report["total_cost_usd"] == 0.0
+    patch = result.paths.patch.read_text()
+    changed = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert sorted(changed) == sorted([
+        '+        self.bufs["values"] = torch.empty(n, 16384)',
+        '+        self.bufs["scratch"] = torch.empty(n, 16384)',
+    ])
+    summary = report["result"]
+    # each unsafe buffer is rejected, with the test that read its uninitialised memory
+    assert "rejected" in summary and "kept" in summary
+    for line in summary.splitlines():
+        if line.startswith("- rejected") and "mask" in line:
+            assert "test_warmup_before_fill" in line
+        if line.startswith("- rejected") and ("total" in line or "offsets" in line):
+            assert "test_fill" in line and "static hazard" in line
+    assert sum(line.startswith("- rejected") for line in summary.splitlines()) == 3
+    ev = report["evaluation"]
+    assert ev["verdict"] == "pass" and ev["perf"]["verdict"] == "faster"
+    tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()
+             if json.loads(x)["type"] == "tool_result"]
+    assert tools[0] == "list_files" and tools[-1] == "submit" and "run_checks" in tools

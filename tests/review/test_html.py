@@ -1,0 +1,186 @@
+"""`perfagent report --html`: one offline HTML file; checked as markup, then in headless Chromium.
+
+The browser test needs Debian's chromium + chromium-driver and selenium (CI installs them);
+without them it is skipped with the reason. Its screenshots stay in pytest's tmp dir and
+their paths are printed (`pytest -s`), to be looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from agent.batch.summary import BatchSummary
+from agent.cli import main
+from agent.review.html import render_html, summary_sections, write_html
+from agent.review.load import load_results
+from helpers import DIFF, SONNET, Job, make_batch, write_job
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1400,1000")
+
+
+class Page(HTMLParser):
+    """Just enough of the DOM for the checks: tables' cell text by id, resource URLs, script tags."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.urls: list[str] = []
+        self.scripts = 0
+        self.articles: list[str] = []
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.urls += [v for k, v in attrs if k in ("src", "href", "xlink:href") and v]
+        self.scripts += tag == "script"
+        if tag == "table" and a.get("id"):
+            self._table = a["id"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+        elif tag == "article":
+            self.articles.append(a.get("data-key", ""))
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory) -> tuple[Path, Path, str]:
+    out = tmp_path_factory.mktemp("batch")
+    run_dir = make_batch(out)
+    html = out / "report.html"
+    write_html(load_results(run_dir), html)
+    return run_dir, html, html.read_text(encoding="utf-8")
+
+
+def test_tables_agree_with_summary_json(batch):
+    run_dir, _, html = batch
+    page = Page(html)
+    summary = BatchSummary.model_validate_json((run_dir / "summary.json").read_text())
+    sections = summary_sections(summary)
+    assert len(sections) >= 2 and any("task" in sec.columns for sec in sections)
+    for sec in sections:
+        assert page.tables[sec.id][0] == list(sec.columns)
+        assert page.tables[sec.id][1:] == [list(r) for r in sec.rows]
+    assert {row[0] for row in page.tables["summary-1"][1:]} == {SONNET, "rules"}
+
+
+def test_every_run_is_on_the_page_with_problems_flagged(batch):
+    run_dir, _, html = batch
+    page = Page(html)
+    keys = sorted(r.key for r in load_results(run_dir).runs)
+    assert sorted(page.articles) == keys
+    assert sorted(row[0] for row in page.tables["run-list"][1:]) == keys
+    verdicts = {row[0]: row[4] for row in page.tables["run-list"][1:]}
+    assert verdicts["metadata-alloc/anthropic-claude-sonnet-4-5/s1"] == "corrupt report"
+    assert verdicts["metadata-alloc/rules/s1"] == "missing report"
+    assert "could not be read" in html and "report.json missing" in html and "JSONDecodeError" in html
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for job in summary["jobs"]:  # per-run numbers: the summary's
+        row = next(r for r in page.tables["run-list"][1:] if r[0] == job["key"])
+        if job["speedup"] is not None:
+            assert row[5].startswith(f"{job['speedup']:.3f}x")
+        assert row[7] == str(job["num_turns"])
+
+
+def test_self_contained_no_script_highlighted_and_escaped(tmp_path):
+    job = Job("t", SONNET, 0)
+    write_job(tmp_path, "r", job)
+    patch = tmp_path / "patches" / "r" / job.key / "model_patch.diff"
+    patch.write_text(DIFF + "+        x = '<script>alert(1)</script>'\n")
+    html = render_html(load_results(tmp_path / "results" / "r"))
+    page = Page(html)
+    assert all(u.startswith("#") for u in page.urls), page.urls  # nothing to fetch
+    assert page.scripts == 0 and "<script>alert" not in html and "&lt;script&gt;" in html
+    assert html.count("<svg") == 3 and 'class="gd"' in html and 'class="gi"' in html  # charts; - and + lines
+
+
+def test_cli_report(tmp_path, capsys):
+    run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", "rules", 0)])
+    out = tmp_path / "r.html"
+    assert main(["report", str(run_dir), "--html", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and out.read_text().startswith("<!doctype html>")
+    assert main(["report", str(tmp_path / "nowhere"), "--html", str(out)]) == 2
+
+
+# -- the browser ------------------------------------------------------------------------------------
+def _driver():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    from selenium.webdriver.chrome.service import Service
+
+    for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not Path(path).exists():
+            pytest.skip(f"{path} not found: apt-get install {pkg}")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='perfagent-chromium-')}")
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def test_report_in_headless_chromium(batch, tmp_path):
+    run_dir, html_path, _ = batch
+    from selenium.webdriver.common.by import By
+
+    driver = _driver()
+    try:
+        driver.get(html_path.as_uri())
+        assert "perfagent report" in driver.title
+        # offline: the page asked for nothing beyond itself
+        assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+        models = driver.find_elements(By.CSS_SELECTOR, "#summary-1 tbody tr")
+        runs = driver.find_elements(By.CSS_SELECTOR, "#run-list tbody tr")
+        assert len(models) == 2 and len(runs) == len(load_results(run_dir).runs)
+        assert all(e.is_displayed() for e in models + runs)
+        charts = driver.find_elements(By.CSS_SELECTOR, "#charts svg")
+        assert len(charts) == 3 and all(c.size["width"] > 300 and c.size["height"] > 150 for c in charts)
+        top, chart_shot, run_shot = (tmp_path / f"report-{n}.png" for n in ("top", "charts", "run"))
+        driver.save_screenshot(str(top))
+        driver.execute_script("document.getElementById('charts').scrollIntoView()")
+        driver.save_screenshot(str(chart_shot))
+
+        card = driver.find_element(By.CSS_SELECTOR, 'article[data-key$="claude-sonnet-4-5/s1"]')
+        diff = card.find_element(By.CSS_SELECTOR, "details.diff")
+        body = diff.find_element(By.CSS_SELECTOR, ".hl")
+        assert diff.get_attribute("open") is None and not body.is_displayed()
+        summary = diff.find_element(By.TAG_NAME, "summary")
+        driver.execute_script("arguments[0].scrollIntoView()", card)
+        summary.click()
+        assert diff.get_attribute("open") is not None and body.is_displayed()
+        assert "torch.empty(max_bs" in body.text
+        added = body.find_element(By.CSS_SELECTOR, ".gi")  # pygments' inserted-line class, styled
+        assert added.value_of_css_property("color") != body.find_element(By.CSS_SELECTOR, ".gd").value_of_css_property("color")
+        checks = card.find_element(By.CSS_SELECTOR, "table.checks").text
+        assert "poison run" in checks and "FAIL" in checks and "coverage of changed lines" in checks
+        driver.execute_script("arguments[0].scrollIntoView()", card)
+        driver.save_screenshot(str(run_shot))
+        problems = driver.find_element(By.ID, "problems")
+        assert problems.is_displayed() and "report.json missing" in problems.text
+    finally:
+        driver.quit()
+    assert all(p.stat().st_size > 10_000 for p in (top, chart_shot, run_shot))
+    print(f"\nscreenshots: {top} {chart_shot} {run_shot}")

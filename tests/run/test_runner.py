@@ -1,0 +1,150 @@
+"""`perfagent run` as a user runs it: a real subprocess against a local fake provider server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from helpers import make_repo
+from fakeserver import auth_error, fake_server, reply, tool_call  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+CLAUDE_CODE_KEYS = ["type", "subtype", "is_error", "duration_ms", "duration_api_ms", "num_turns", "result",
+                    "session_id", "total_cost_usd", "usage", "modelUsage", "permission_denials", "uuid"]
+TASK = '''
+id = "tiny"
+repo = "src"
+prompt = "Use torch.empty where zeros are not needed."
+focus = ["pkg/mod.py"]
+protected = ["tests/**"]
+[correctness]
+command = "python -m pytest -q -p no:cacheprovider tests"
+[budget]
+max_turns = 8
+'''
+MOD = "import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n"
+TEST = "from pkg.mod import f\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n"
+USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read": 9000, "cache_write_5m": 1500}
+
+
+@pytest.fixture
+def task_file(tmp_path):
+    make_repo(tmp_path / "src", {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
+    (tmp_path / "tiny.toml").write_text(TASK)
+    return tmp_path / "tiny.toml"
+
+
+def perfagent(args, cwd, **env):
+    full_env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "COLUMNS": "200", **env}
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=full_env, timeout=300)
+
+
+def script():
+    return [
+        reply("Reading.", tool_call("read_file", path="pkg/mod.py"), usage=USAGE),
+        reply("", tool_call("write_file", path="tests/test_mod.py", content="def test_f(): pass\n"), usage=USAGE),
+        reply("", tool_call("edit_file", path="pkg/mod.py", old="torch.zeros(n)", new="torch.empty(n)"), usage=USAGE),
+        reply("Done.", tool_call("submit", summary="buf is fully written by copy_ before it is read"), usage=USAGE),
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server, stream):
+    fake_server.script(script())
+    tmp = task_file.parent
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp), "--quiet",
+            "--allow-unsandboxed"]  # whatever this machine's sandbox: test_unsandboxed_api_run_* covers the refusal
+    res = perfagent(args + (["--stream"] if stream else []), tmp,
+                    ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
+    assert res.returncode == 0, res.stderr
+    patch = (tmp / "patches/r1/tiny/model_patch.diff").read_text()
+    assert "+    buf = torch.empty(n)" in patch and "tests/" not in patch
+    report = json.loads((tmp / "results/r1/tiny/report.json").read_text())
+    assert list(report)[:len(CLAUDE_CODE_KEYS)] == CLAUDE_CODE_KEYS and list(report)[-1] == "evaluation"
+    assert report["subtype"] == "success" and report["num_turns"] == 4
+    assert report["result"] == "buf is fully written by copy_ before it is read"
+    # costs are exactly what the server's usage figures imply at the table's prices (Sonnet 4.6: 3/15/3.75/0.30)
+    per_turn = (Decimal(1200) * 3 + Decimal(300) * 15 + Decimal(9000) * Decimal("0.30") + Decimal(1500) * Decimal("3.75"))
+    expected = float(per_turn * 4 / 10**6)
+    assert report["total_cost_usd"] == expected
+    mu = report["modelUsage"]["claude-sonnet-4-6"]
+    assert mu["costUSD"] == expected and mu["inputTokens"] == 4800 and mu["cacheReadInputTokens"] == 36000
+    assert report["usage"]["cache_creation"]["ephemeral_5m_input_tokens"] == 6000
+    assert report["permission_denials"][0]["tool_name"] == "write_file"
+    ev = report["evaluation"]
+    assert ev["verdict"] == "pass" and ev["correctness"]["poison"]["passed"]
+    lines = [json.loads(x) for x in (tmp / "results/r1/tiny/trajectory.jsonl").read_text().splitlines()]
+    assert [x["type"] for x in lines].count("response") == 4 and lines[-1]["type"] == "end"
+    assert json.loads((tmp / "results/r1/tiny/checks.json").read_text())[0]["full"] is True
+    assert not list((tmp / "results").rglob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_api_error_is_one_line_and_keeps_results(task_file, fake_server):
+    fake_server.script([auth_error()])
+    tmp = task_file.parent
+    res = perfagent(["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r2",
+                     "--out", str(tmp), "--quiet", "--allow-unsandboxed"], tmp, ANTHROPIC_API_KEY="bad",
+                    ANTHROPIC_BASE_URL=fake_server.url)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "401" in res.stderr and res.stderr.strip().count("\n") == 0
+    report = json.loads((tmp / "results/r2/tiny/report.json").read_text())
+    assert report["subtype"] == "error_during_execution" and report["is_error"]
+    assert (tmp / "patches/r2/tiny/model_patch.diff").read_text() == ""
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "gemini:pro"], "unknown model spec"),
+    (["--model", "anthropic:claude-sonnet-4-6"], "ANTHROPIC_API_KEY"),
+    (["--model", "replay:missing.jsonl"], "trajectory not found"),
+])
+def test_bad_model_is_one_line_exit_2(task_file, args, needle):
+    res = perfagent(["run", str(task_file), *args], task_file.parent)
+    assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_missing_task_is_one_line_exit_2(tmp_path):
+    res = perfagent(["run", str(tmp_path / "nope.toml")], tmp_path)
+    assert res.returncode == 2 and "task file not found" in res.stderr
+
+
+def without_bwrap(tmp: Path) -> str:
+    """A PATH with git and bash but neither bwrap nor unshare: the sandbox is incomplete there."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("git", "bash", "sh"):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
+    tmp = task_file.parent
+    path = without_bwrap(tmp)
+    probe = subprocess.run([sys.executable, "-c", "import json; from agent.env.sandbox import isolation; "
+                            "print(json.dumps(isolation().missing))"], capture_output=True, text=True,
+                           env={"PATH": path, "HOME": str(tmp)}, cwd=tmp)
+    missing = json.loads(probe.stdout)
+    assert missing, "the sandbox should be incomplete without bwrap"
+    keys = dict(PATH=path, ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "u", "--out", str(tmp), "--quiet"]
+    res = perfagent(args, tmp, COLUMNS="1000", **keys)
+    assert res.returncode == 2 and res.stderr.startswith("error: refusing to run anthropic:claude-sonnet-4-6 unsandboxed")
+    assert "--allow-unsandboxed" in res.stderr and missing[0] in res.stderr and res.stderr.count("\n") == 1
+    assert not (tmp / "results").exists() and not fake_server.requests
+    batch = perfagent(["batch", str(task_file), "--models", "rules,anthropic:claude-sonnet-4-6", "--out", str(tmp),
+                       "--quiet"], tmp, COLUMNS="1000", **keys)
+    assert batch.returncode == 2 and "--allow-unsandboxed" in batch.stderr and not (tmp / "results").exists()
+
+    fake_server.script(script())
+    res = perfagent(args + ["--allow-unsandboxed"], tmp, **keys)
+    assert res.returncode == 0, res.stderr
+    warnings = json.loads((tmp / "results/u/tiny/report.json").read_text())["evaluation"]["warnings"]
+    for aspect in missing:
+        assert any(aspect in w for w in warnings), (aspect, warnings)
