@@ -75,7 +75,7 @@ def _prices(args: argparse.Namespace):
 
 def _checked_names(run_id: str | None, job: str | None = None) -> None:
     """Run ids and job names are plain folder names (the runner's check), so no output lands outside --out."""
-    from agent.run.runner import BadName, check_job, check_run_id
+    from agent.run.names import BadName, check_job, check_run_id
 
     try:
         if run_id is not None:
@@ -127,12 +127,11 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
-    import json
-
     from agent.run.loop import Limits, signal_exit_code
     from agent.models import make_model
     from agent.run.progress import RunProgress
-    from agent.run.runner import new_run_id, run_task
+    from agent.run.names import new_run_id
+    from agent.run.runner import run_task
 
     _checked_names(args.run_id, args.job)  # before anything is read or written
     task = _load_one_task(args.task)
@@ -153,13 +152,13 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
                 result = run_task(task, model, on_event=progress, **kwargs)
     report = result.report
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(report.to_json(), end="")
     elif not args.quiet:
         _print_run_summary(out, result)
     for w in result.outcome.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
-    if report["is_error"]:
-        err.print(f"[red]error:[/] {report['subtype']}: {escape(str(report['result']))} (outputs in {result.paths.report.parent})",
+    if report.is_error:
+        err.print(f"[red]error:[/] {report.subtype}: {escape(report.result)} (outputs in {result.paths.report.parent})",
                   highlight=False)
         return signal_exit_code(result.outcome.interrupted) if result.outcome.interrupted else 1
     return 0
@@ -167,15 +166,15 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 def _print_run_summary(out: Console, result) -> None:
     r = result.report
-    ev = r.get("evaluation") or {}
-    perf = ev.get("perf") or {}
-    cost = "unknown" if r["total_cost_usd"] is None else f"${r['total_cost_usd']:.4f}"
-    out.print(f"[bold]{r['subtype']}[/] in {r['num_turns']} turns, {r['duration_ms'] / 1000:.1f}s, cost {cost}")
-    out.print(f"verdict: [bold]{ev.get('verdict', '-')}[/]", highlight=False)
-    if perf:
-        out.print(f"perf {perf.get('metric')}: ratio {perf.get('ratio', 0):.3f} "
-                  f"[{perf.get('ci_low', 0):.3f}, {perf.get('ci_high', 0):.3f}] p={perf.get('p_value', 1):.2g} "
-                  f"-> {perf.get('verdict')}", highlight=False)
+    ev = r.evaluation
+    perf = ev.perf if ev is not None else None
+    cost = "unknown" if r.total_cost_usd is None else f"${r.total_cost_usd:.4f}"
+    out.print(f"[bold]{r.subtype}[/] in {r.num_turns} turns, {r.duration_ms / 1000:.1f}s, cost {cost}")
+    out.print(f"verdict: [bold]{ev.verdict if ev is not None else '-'}[/]", highlight=False)
+    if perf is not None:
+        out.print(f"perf {perf.metric}: ratio {perf.ratio or 0:.3f} "
+                  f"[{perf.ci_low or 0:.3f}, {perf.ci_high or 0:.3f}] p={perf.p_value if perf.p_value is not None else 1:.2g} "
+                  f"-> {perf.verdict}", highlight=False)
     out.print(f"patch:  {result.paths.patch}\nreport: {result.paths.report}", highlight=False)
 
 
@@ -240,7 +239,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     from agent.batch.driver import BatchConfig, BatchError, load_tasks, read_plan, run_batch, run_flags
     from agent.batch.summary import summary_tables
-    from agent.run.runner import new_run_id
+    from agent.run.names import new_run_id
 
     if args.resume and not args.run_id:
         raise UserError("--resume needs the --run-id of the batch to continue")

@@ -21,7 +21,8 @@ from agent.env.workspace import Workspace
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
 from agent.run.loop import Outcome
-from agent.run.result import build_report, write_json
+from agent.run.runner import report_of
+from agent.util.files import write_json
 from agent.task import load_task
 
 # -- real git repos ---------------------------------------------------------------------------------
@@ -226,10 +227,11 @@ def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None =
                       cost_by_model={model_id: 0.0 if offline else cost_usd(model_id, job.usage, load_prices())})
     denials = [{"tool_name": "edit_file", "tool_use_id": "t1", "tool_input": {"path": "tests/test_graph.py"},
                 "reason": "tests/test_graph.py is protected"}] if job.denied else []
-    report = build_report(outcome, session_id=f"s-{seed}", evaluation=evaluation(job, seed), permission_denials=denials)
+    report = report_of(outcome, session_id=f"s-{seed}", evaluation=evaluation(job, seed), permission_denials=denials)
     key = key or job.key
     res = out / "results" / run_id / key
-    write_json(res / "report.json", report)
+    report.write(res / "report.json")
+    report = report.to_dict()
     (res / "trajectory.jsonl").write_text(json.dumps({"type": "start", "task": job.task}) + "\n")
     write_json(res / "checks.json", [])
     patch = out / "patches" / run_id / key / "model_patch.diff"

@@ -30,8 +30,9 @@ from agent.batch.progress import BatchProgress
 from agent.batch.ledger import JobRecord, Ledger
 from agent.batch.summary import PLAN, BatchSummary, summarize_run, write_summary
 from agent.batch.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job)
-from agent.run.runner import BadName, check_job, check_run_id
+from agent.run.names import BadName, check_job, check_run_id
 from agent.task import Task
+from agent.util.files import write_json
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
            "model_slug", "run_batch", "summarize_run"]
@@ -143,8 +144,6 @@ def read_plan(run_dir: Path) -> dict:
 
 
 def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], cfg: BatchConfig, samples: int) -> None:
-    from agent.run.result import write_json
-
     old = read_plan(run_dir)
     entries = {j["key"]: j for j in old.get("jobs", [])}
     entries.update({j.key: {"key": j.key, "task": j.task, "model": j.model, "sample": j.sample} for j in jobs})

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from agent.env.gpu import nvidia_gpus
 from agent.batch.forkserver import ForkServer, die_with_parent
 from agent.batch.ledger import JobRecord, commands_seconds, figures_from_report, is_retryable
 
@@ -197,15 +198,6 @@ class Executor(Protocol):
         """Run every job; call `on_finish` (in the caller's thread) once per job, as each ends."""
 
 
-def visible_gpus() -> int:
-    """GPUs on this machine, by nvidia-smi; 0 when there is none or no driver."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
-
-
 class GpuPool:
     """Hands each job the least-busy GPU of `--gpus`, so jobs spread evenly over devices."""
 
@@ -234,7 +226,7 @@ class LocalExecutor:
         self.pool = GpuPool(gpus) if gpus else None
 
     def gpu_count(self) -> int:
-        return len(self.pool.load) if self.pool else visible_gpus()
+        return len(self.pool.load) if self.pool else len(nvidia_gpus())
 
     def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
         forks = ForkServer() if self.fork and jobs else None

@@ -16,9 +16,10 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent.models.base import OFFLINE_MODELS
+
 Status = Literal["done", "failed", "skipped"]
 LEDGER = "batch.jsonl"
-OFFLINE_MODELS = {"rules", "replay"}  # as agent.run.loop.OFFLINE_MODELS, without importing the SDKs
 
 
 class Tokens(BaseModel):
@@ -111,7 +112,7 @@ def figures_from_report(report: dict[str, Any]) -> dict[str, Any]:
 def is_retryable(report: dict[str, Any]) -> str | None:
     """Why a written report still counts as a failed job, else None: the run was interrupted (SIGINT,
     SIGTERM), or a provider's API failed mid-run, which a retry may not meet again. Offline models
-    (rules, replay; see loop.OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
+    (OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
     result = str(report.get("result") or "")
     if report.get("subtype") != "error_during_execution":
         return None

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 
+from agent.util.files import atomic_write
 from agent.batch.ledger import JobRecord, Ledger, Tokens, commands_seconds, figures_from_report
 
 SCHEMA = "perfagent.batch-summary/1"
@@ -340,8 +341,6 @@ def summary_markdown(s: BatchSummary) -> str:
 
 def write_summary(run_dir: Path, s: BatchSummary) -> tuple[Path, Path]:
     """summary.json and summary.md beside the ledger, each written atomically."""
-    from agent.run.result import atomic_write
-
     js, md = Path(run_dir) / "summary.json", Path(run_dir) / "summary.md"
     atomic_write(js, s.to_json())
     atomic_write(md, summary_markdown(s))

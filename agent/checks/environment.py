@@ -11,10 +11,10 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 from pathlib import Path
 
 from agent.checks.evaluation import Environment
+from agent.env.gpu import first_visible
 from agent.env.sandbox import base_env, isolation, run_command
 
 # Reads torch/version.py on its own: importing torch would cost seconds per checker.
@@ -42,23 +42,6 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def gpu() -> tuple[str | None, str | None]:
-    """Name and driver of the first visible NVIDIA GPU, from nvidia-smi; (None, None) without one."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if visible in ("-1", "none"):
-        return None, None
-    argv = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(argv + ([f"--id={visible}"] if visible else []), capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
-    if not lines or "," not in lines[0]:
-        return None, None
-    name, driver = (x.strip() for x in lines[0].rsplit(",", 1))
-    return name, driver
-
-
 def device_name(gpu: str | None) -> str:
     """The device perf runs on, for the lock: the first visible CUDA device, else the CPU."""
     if not gpu:
@@ -74,7 +57,8 @@ def probe(root: Path) -> Environment:
     for line in res.output.splitlines():
         if line.startswith("PERFAGENT_ENV "):
             info = json.loads(line.split(" ", 1)[1])
-    name, driver = gpu() if info.get("cuda") else (None, None)
+    card = first_visible() if info.get("cuda") else None
+    name, driver = (card.name, card.driver) if card else (None, None)
     return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=driver,
                        torch=info.get("torch"), cuda=info.get("cuda"), python=info.get("python"),
                        platform=platform.platform(), isolation=isolation().mode, device=device_name(name))

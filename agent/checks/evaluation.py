@@ -14,7 +14,8 @@ from agent.checks.integrity import IntegrityResult
 from agent.checks.stats import Direction, PerfVerdict, speedup
 
 # "suspicious": the checks passed, but something needs a person first (flagged code, an implausible speedup).
-Verdict = Literal["pass", "fail", "unverified", "rejected", "suspicious", "error"]
+# "no-change": there was nothing to grade (the run emitted no change); only a report's evaluation says it.
+Verdict = Literal["pass", "fail", "unverified", "rejected", "suspicious", "error", "no-change"]
 
 
 class CommandRun(BaseModel):
@@ -128,7 +129,7 @@ class Environment(BaseModel):
 class Evaluation(BaseModel):
     """Everything one grading of one patch found; `verdict` is the one-word summary."""
 
-    task_id: str
+    task_id: str = ""
     verdict: Verdict
     reasons: list[str] = []  # why the verdict is not "pass", in words
     quick: bool = False
@@ -144,6 +145,10 @@ class Evaluation(BaseModel):
     environment: Environment = Environment()
     duration_s: float = 0.0
     error: str | None = None
+    # Set by the runner on the evaluation it writes into report.json:
+    emitted: str | None = None  # which state was emitted and graded, e.g. "best passing candidate"
+    note: str | None = None  # e.g. why there is nothing to grade
+    warnings: list[str] = []  # the run's warnings (unsealed sandbox, unpriced model, ...)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

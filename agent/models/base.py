@@ -34,6 +34,8 @@ REQUEST_TIMEOUT_S = 600.0
 # (not deprecated) and the newest Sonnet whose price our table knows, so a default run
 # reports what it cost instead of null. Newer Sonnets work by name (--model anthropic:...).
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
+# Models that make no API call: they cost nothing, and their errors are results, not transient failures.
+OFFLINE_MODELS = frozenset({"rules", "replay"})
 
 
 @dataclass
@@ -64,6 +66,10 @@ class Usage:
         if not isinstance(other, Usage):
             return NotImplemented
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_write_5m + self.cache_write_1h + self.cache_read
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -26,7 +26,7 @@ from pygments.lexers import DiffLexer
 
 from agent.batch import summary as batch_summary
 from agent.batch.summary import BatchSummary
-from agent.run.result import atomic_write
+from agent.util.files import atomic_write
 from agent.review.load import (CheckRow, Results, RunView, TokenCost, check_rows, fmt_cost, fmt_speedup, fmt_usd,
                           sample_plot, sort_runs, token_costs, verdict_level)
 

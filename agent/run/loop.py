@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agent.models.base import Deadline, Model, ModelError, Reply, Usage
+from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, Usage
 from agent.models.pricing import PriceTable, cost_usd
 from agent.task import Task
 from agent.run.tools import Toolbox
 
-OFFLINE_MODELS = {"rules", "replay"}  # they make no API call, so they cost nothing
 
 SYSTEM_PROMPT = """\
 You are a performance engineer optimising code in a git repository. You work only through

@@ -1,84 +1,161 @@
-"""report.json in the exact top-level shape of Claude Code's headless JSON result, plus `evaluation`.
+"""report.json: one schema, written by the runner, read by the ledger, review, HTML and retry logic.
 
-Keeping that shape means tooling that already reads agent results reads ours. Every file
-is written to a temporary name and renamed, so a reader never sees half a report.
+Its top level is exactly Claude Code's headless JSON result (`type`, `subtype`, `is_error`,
+`duration_ms`, `duration_api_ms`, `num_turns`, `result`, `session_id`, `total_cost_usd`,
+`usage`, `modelUsage`, `permission_denials`, `uuid`), so tooling that reads agent results
+reads ours; perfagent adds one `evaluation` (agent.checks.evaluation.Evaluation).
+
+Reading is lenient about absent fields (an older or foreign report still loads) and strict
+about types: a value no reader could use makes the whole file corrupt, said in one line.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from agent.run.loop import Outcome
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent.checks.evaluation import Evaluation
 from agent.models.base import Usage
+from agent.util.files import atomic_write
 
 CONTEXT_WINDOW = 200_000
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+class ReportError(ValueError):
+    """report.json is missing or corrupt; the message is the one line a view shows."""
 
 
-def usage_block(total: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": total.input_tokens,
-        "cache_creation_input_tokens": total.cache_write_5m + total.cache_write_1h,
-        "cache_read_input_tokens": total.cache_read,
-        "output_tokens": total.output_tokens,
-        "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
-        "service_tier": "standard",
-        "cache_creation": {"ephemeral_1h_input_tokens": total.cache_write_1h,
-                           "ephemeral_5m_input_tokens": total.cache_write_5m},
-    }
+class ServerToolUse(BaseModel):
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
 
-def model_usage_block(usage: Usage, cost: float | None) -> dict[str, Any]:
-    return {
-        "inputTokens": usage.input_tokens,
-        "outputTokens": usage.output_tokens,
-        "cacheReadInputTokens": usage.cache_read,
-        "cacheCreationInputTokens": usage.cache_write_5m + usage.cache_write_1h,
-        "webSearchRequests": 0,
-        "costUSD": cost,
-        "contextWindow": CONTEXT_WINDOW,
-    }
+class CacheCreation(BaseModel):
+    ephemeral_1h_input_tokens: int = 0
+    ephemeral_5m_input_tokens: int = 0
 
 
-def build_report(outcome: Outcome, *, session_id: str, evaluation: dict[str, Any] | None,
-                 permission_denials: list[dict[str, Any]]) -> dict[str, Any]:
-    total = sum(outcome.usage_by_model.values(), Usage())
-    return {
-        "type": "result",
-        "subtype": outcome.subtype,
-        "is_error": outcome.is_error,
-        "duration_ms": round(outcome.duration_s * 1000),
-        "duration_api_ms": round(outcome.api_duration_s * 1000),
-        "num_turns": outcome.num_turns,
-        "result": outcome.result,
-        "session_id": session_id,
-        "total_cost_usd": outcome.total_cost_usd,
-        "usage": usage_block(total),
-        "modelUsage": {m: model_usage_block(u, outcome.cost_by_model.get(m))
-                       for m, u in outcome.usage_by_model.items()},
-        "permission_denials": permission_denials,
-        "uuid": str(uuid.uuid4()),
-        "evaluation": evaluation,
-    }
+class TokenUsage(BaseModel):
+    """`usage`: every model's tokens together, as the Messages API counts them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    output_tokens: int = 0
+    server_tool_use: ServerToolUse = ServerToolUse()
+    service_tier: str = "standard"
+    cache_creation: CacheCreation = CacheCreation()
+
+    @classmethod
+    def of(cls, u: Usage) -> "TokenUsage":
+        return cls(input_tokens=u.input_tokens, cache_creation_input_tokens=u.cache_write_5m + u.cache_write_1h,
+                   cache_read_input_tokens=u.cache_read, output_tokens=u.output_tokens,
+                   cache_creation=CacheCreation(ephemeral_1h_input_tokens=u.cache_write_1h,
+                                                ephemeral_5m_input_tokens=u.cache_write_5m))
+
+    def to_usage(self) -> Usage:
+        """Back to priced token kinds; cache writes without a 5m/1h split count as 5-minute writes."""
+        w1h = min(self.cache_creation.ephemeral_1h_input_tokens, self.cache_creation_input_tokens)
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cache_read=self.cache_read_input_tokens,
+                     cache_write_5m=self.cache_creation_input_tokens - w1h, cache_write_1h=w1h)
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
+class ModelUsage(BaseModel):
+    """One `modelUsage` entry: a model's tokens and what they cost (None: no known price)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    inputTokens: int = 0
+    outputTokens: int = 0
+    cacheReadInputTokens: int = 0
+    cacheCreationInputTokens: int = 0
+    webSearchRequests: int = 0
+    costUSD: float | None = None
+    contextWindow: int = CONTEXT_WINDOW
+
+    @classmethod
+    def of(cls, u: Usage, cost: float | None) -> "ModelUsage":
+        return cls(inputTokens=u.input_tokens, outputTokens=u.output_tokens, cacheReadInputTokens=u.cache_read,
+                   cacheCreationInputTokens=u.cache_write_5m + u.cache_write_1h, costUSD=cost)
+
+
+class PermissionDenial(BaseModel):
+    """A tool call refused because it would have written a protected path."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tool_name: str
+    tool_use_id: str = ""
+    tool_input: dict[str, Any] = {}
+    reason: str = ""
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(extra="allow")  # what a newer writer adds survives a read and a rewrite
+
+    type: Literal["result"] = "result"
+    subtype: str = "success"  # success | error_max_turns | error_max_budget | error_during_execution
+    is_error: bool = False
+    duration_ms: int = 0
+    duration_api_ms: int = 0
+    num_turns: int = 0
+    result: str = ""
+    session_id: str = ""
+    total_cost_usd: float | None = None
+    usage: TokenUsage = TokenUsage()
+    modelUsage: dict[str, ModelUsage] = {}
+    permission_denials: list[PermissionDenial] = []
+    uuid: str = ""
+    evaluation: Evaluation | None = None
+
+    @classmethod
+    def parse(cls, data: Any) -> "Report":
+        """A report from parsed JSON; ReportError (one line) when no reader could use it."""
+        if not isinstance(data, dict) or data.get("type") != "result":
+            raise ReportError('report.json corrupt: not a result object (no "type": "result")')
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "report"
+            raise ReportError(f"report.json corrupt: {where}: {first['msg']}") from None
+
+    @classmethod
+    def read(cls, path: Path) -> "Report":
+        path = Path(path)
+        if not path.is_file():
+            raise ReportError("report.json missing")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ReportError(f"report.json corrupt: {type(e).__name__}: {e}") from None
+        return cls.parse(data)
+
+    def write(self, path: Path) -> None:
+        atomic_write(Path(path), self.to_json())
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.modelUsage)
+
+    @property
+    def verdict(self) -> str:
+        """The evaluation's verdict; a report without an evaluation graded nothing: "error"."""
+        return self.evaluation.verdict if self.evaluation is not None else "error"
+
+
+def new_report(**fields: Any) -> Report:
+    """A report with a fresh uuid; the runner fills the rest from its outcome."""
+    return Report(uuid=str(uuid.uuid4()), **fields)

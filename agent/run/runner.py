@@ -7,7 +7,6 @@ breaks a good change after checking it should not lose that change. An interrupt
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -19,40 +18,15 @@ from typing import Any, Callable
 from agent.checks import Checker, Evaluation, summarize
 from agent.run.loop import Limits, Outcome, Trajectory, interrupted_by, run_loop
 from agent.models import make_model
-from agent.models.base import Model
+from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
-from agent.run.result import atomic_write, build_report, write_json
+from agent.run.names import check_job, check_run_id
+from agent.run.result import ModelUsage, PermissionDenial, Report, TokenUsage, new_report
 from agent.env.sandbox import isolation
 from agent.task import Task
 from agent.run.tools import Toolbox
 from agent.env.workspace import Workspace
-
-
-# A run id, and each `/`-separated segment of a job name: a plain folder name, never `..` or absolute.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class BadName(ValueError):
-    """A run id or job name that is not a plain folder name: one line for the user."""
-
-
-def check_run_id(run_id: str) -> str:
-    """`run_id` if it is a safe folder name; the one check every command and the runner share."""
-    if not NAME.fullmatch(run_id):
-        raise BadName(f"invalid run id {run_id!r}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
-    return run_id
-
-
-def check_job(job: str) -> str:
-    """`job` if it is one or more `/`-separated safe folder names (batch jobs are task/model/s<k>)."""
-    if not all(NAME.fullmatch(part) for part in job.split("/")):
-        raise BadName(f"invalid job name {job!r}: use /-separated names of 1-128 of A-Z a-z 0-9 . _ -, "
-                      "each starting with a letter or digit")
-    return job
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+from agent.util.files import atomic_write, write_json
 
 
 @dataclass
@@ -89,7 +63,7 @@ class Candidates:
 
 @dataclass
 class RunResult:
-    report: dict[str, Any]
+    report: Report
     paths: RunPaths
     outcome: Outcome
 
@@ -166,10 +140,10 @@ def run_task(
         outcome.warnings += unsealed
         if evaluation is not None:
             evaluation["warnings"] = outcome.warnings
-        report = build_report(outcome, session_id=session_id, evaluation=evaluation,
-                              permission_denials=tools.denials if tools else [])
+        report = report_of(outcome, session_id=session_id, evaluation=evaluation,
+                           permission_denials=tools.denials if tools else [])
         atomic_write(paths.patch, final_diff)
-        write_json(paths.report, report)
+        report.write(paths.report)
     finally:
         try:
             checker.close()
@@ -177,6 +151,19 @@ def run_task(
             if not keep_workspace:
                 shutil.rmtree(work, ignore_errors=True)
     return RunResult(report, paths, outcome)
+
+
+def report_of(outcome: Outcome, *, session_id: str, evaluation: dict[str, Any] | None,
+              permission_denials: list[dict[str, Any]]) -> Report:
+    """report.json's content for what the loop produced."""
+    return new_report(
+        subtype=outcome.subtype, is_error=outcome.is_error, duration_ms=round(outcome.duration_s * 1000),
+        duration_api_ms=round(outcome.api_duration_s * 1000), num_turns=outcome.num_turns, result=outcome.result,
+        session_id=session_id, total_cost_usd=outcome.total_cost_usd,
+        usage=TokenUsage.of(sum(outcome.usage_by_model.values(), Usage())),
+        modelUsage={m: ModelUsage.of(u, outcome.cost_by_model.get(m)) for m, u in outcome.usage_by_model.items()},
+        permission_denials=[PermissionDenial.model_validate(d) for d in permission_denials],
+        evaluation=Evaluation.model_validate(evaluation) if evaluation is not None else None)
 
 
 def isolation_warnings() -> list[str]:

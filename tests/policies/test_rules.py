@@ -110,7 +110,7 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     (tmp_path / "task.toml").write_text(TASK)
     task = load_task(tmp_path / "task.toml")
     result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r1", prices=load_prices())
-    report = result.report
+    report = result.report.to_dict()
     assert report["subtype"] == "success" and report["total_cost_usd"] == 0.0
     patch = result.paths.patch.read_text()
     changed = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]

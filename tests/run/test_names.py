@@ -13,7 +13,8 @@ import pytest
 
 from agent.batch.driver import BatchConfig, BatchError, load_tasks, model_slug, run_batch
 from agent.batch.executors import clear_job
-from agent.run.runner import NAME, BadName, RunPaths, check_job, check_run_id
+from agent.run.names import NAME, BadName, check_job, check_run_id
+from agent.run.runner import RunPaths
 from helpers import make_repo
 
 TASK = '''id = "t"

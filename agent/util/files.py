@@ -1,0 +1,61 @@
+"""Files a reader can trust: whole or absent, never half written; JSON lines that survive a kill.
+
+Every output of perfagent goes through here, so a `kill -9` at any moment leaves either the
+old file or the new one, and a torn last line of a JSONL file is skipped, never believed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to a temporary name beside `path`, fsync, rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """The parsed file, or None when it is missing or not JSON (the caller decides what that means)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """One whole line, flushed: a crash never leaves half a record a reader would trust."""
+    line = json.dumps(record, default=str) + "\n"
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(line)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of a JSONL file; lines that are not whole JSON objects (a torn last line) are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
