@@ -9,6 +9,8 @@ import pytest
 
 from helpers import make_repo
 
+pytest_plugins = ["fakeserver"]  # the fake_server fixture: a provider's wire format on 127.0.0.1
+
 
 @pytest.fixture
 def small_repo(tmp_path: Path) -> git.Repo:

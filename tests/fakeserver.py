@@ -10,7 +10,7 @@ both wire formats, plain JSON and SSE streaming, exactly as the providers send t
             overloaded(),                     # a 529; the SDK retries it
             reply("done", tool_call("submit", summary="ok")),
         ])
-        model = make_model("anthropic:m", base_url=server.url)          # or
+        model = make_model("anthropic:m", base_url=server.url)          # agent.run.model_spec; or
         model = make_model("openai:m", base_url=server.openai_url)
         ...
         server.requests[0].body["messages"]  # what the client sent

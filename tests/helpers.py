@@ -21,6 +21,7 @@ from agent.env.workspace import Workspace
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
 from agent.run.loop import Outcome
+from agent.run.result import Report
 from agent.run.runner import report_of
 from agent.util.files import write_json
 from agent.task import load_task
@@ -186,6 +187,7 @@ class Job:
     turns: int = 6
     uncovered: list[str] = field(default_factory=list)
     denied: bool = False
+    rejected: bool = False  # no candidate passed: an empty model_patch.diff and the failing state in rejected.diff
 
     @property
     def key(self) -> str:
@@ -217,8 +219,8 @@ def evaluation(job: Job, seed: int) -> dict:
     return ev.model_dump(mode="json")
 
 
-def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None = None) -> dict:
-    """One finished job: report.json (by the report writer), trajectory, checks.json, the patch."""
+def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None = None) -> Report:
+    """One finished job: report.json (by the report writer), trajectory, checks.json, the patch(es)."""
     model_id = job.model.split(":", 1)[-1]
     offline = job.model == "rules"
     outcome = Outcome(subtype="success", result=f"## Done\n\nReplaced `torch.zeros` with `torch.empty` ({job.key}).",
@@ -231,12 +233,13 @@ def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None =
     key = key or job.key
     res = out / "results" / run_id / key
     report.write(res / "report.json")
-    report = report.to_dict()
     (res / "trajectory.jsonl").write_text(json.dumps({"type": "start", "task": job.task}) + "\n")
     write_json(res / "checks.json", [])
-    patch = out / "patches" / run_id / key / "model_patch.diff"
-    patch.parent.mkdir(parents=True, exist_ok=True)
-    patch.write_text(DIFF)
+    patches = out / "patches" / run_id / key
+    patches.mkdir(parents=True, exist_ok=True)
+    (patches / "model_patch.diff").write_text("" if job.rejected else DIFF)
+    if job.rejected:
+        (patches / "rejected.diff").write_text(DIFF)
     return report
 
 
@@ -273,4 +276,5 @@ def default_jobs() -> list[Job]:
         Job("cuda-graph-buffers", "rules", 1, verdict="unverified", speedup=1.2, uncovered=["miniattn/x.py:7"]),
         Job("metadata-alloc", SONNET, 0, speedup=1.05),
         Job("metadata-alloc", "rules", 0, speedup=None),
+        Job("rope-cache", SONNET, 0, verdict="fail", speedup=None, rejected=True),
     ]

@@ -7,32 +7,32 @@ retried on resume, since their cause is usually transient; a done job (any job t
 report, whatever the agent achieved) is never run twice, and a skipped one gets no second
 line unless it can now run.
 
-Statistics: batch_summary.py (pure, reusable). Job processes: executors.py (local pool,
-Ray) and batch_forkserver.py (warm forks). Ledger lines: batch_records.py.
+Statistics: summary.py (pure, reusable). Job processes: executors.py (local pool, Ray),
+forkserver.py (warm forks) and job.py (one job). Ledger lines: ledger.py. The plan: plan.py.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from rich.console import Console
 
-from agent.batch.progress import BatchProgress
+from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
 from agent.batch.ledger import JobRecord, Ledger
-from agent.batch.summary import PLAN, BatchSummary, summarize_run, write_summary
-from agent.batch.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job)
+from agent.batch.plan import PLAN, Plan, PlannedJob
+from agent.batch.progress import BatchProgress
+from agent.batch.summary import BatchSummary, summarize_run, write_summary
+from agent.options import RunOptions
 from agent.run.names import BadName, check_job, check_run_id
-from agent.task import Task
-from agent.util.files import write_json
+from agent.task import Task, TaskError, load_task_set
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
            "model_slug", "run_batch", "summarize_run"]
@@ -96,7 +96,7 @@ class BatchConfig:
     gpus: list[str] | None = None  # local executor: the devices jobs are spread over
     executor: str = "local"  # local | ray
     resume: bool = False
-    run_args: tuple[str, ...] = ()  # extra `perfagent run` flags for every job
+    options: RunOptions = field(default_factory=RunOptions)  # every job's run options
     job_timeout_s: float | None = None
     quiet: bool = False
     source: str | None = None  # the task set, recorded in the plan
@@ -136,23 +136,15 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def read_plan(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / PLAN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+def read_plan(run_dir: Path) -> Plan:
+    """The plan of `results/<run-id>`; empty when there is none."""
+    return Plan.read(run_dir / PLAN)
 
 
 def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], cfg: BatchConfig, samples: int) -> None:
-    old = read_plan(run_dir)
-    entries = {j["key"]: j for j in old.get("jobs", [])}
-    entries.update({j.key: {"key": j.key, "task": j.task, "model": j.model, "sample": j.sample} for j in jobs})
-    write_json(run_dir / PLAN, {
-        "run_id": cfg.run_id, "source": cfg.source or old.get("source"),
-        "models": list(dict.fromkeys([*old.get("models", []), *models])),
-        "samples": max(samples, old.get("samples", 0)), "run_args": list(cfg.run_args),
-        "created": old.get("created", time.time()),
-        "jobs": sorted(entries.values(), key=lambda j: j["key"])})
+    planned = [PlannedJob(key=j.key, task=j.task, model=j.model, sample=j.sample) for j in jobs]
+    read_plan(run_dir).extended(run_id=cfg.run_id, source=cfg.source, models=models, samples=samples,
+                                options=cfg.options, jobs=planned).write(run_dir / PLAN)
 
 
 def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:
@@ -186,7 +178,7 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
             raise BatchError(f"run {cfg.run_id} already has {len(latest)} finished jobs: "
                              "pass --resume to continue it, or choose another --run-id")
         _write_plan(run_dir, jobs, models, cfg, samples)
-        launch = LaunchConfig(run_id=cfg.run_id, out_dir=str(out_dir), cwd=str(Path.cwd()), run_args=cfg.run_args)
+        launch = LaunchConfig(run_id=cfg.run_id, out_dir=str(out_dir), cwd=str(Path.cwd()), options=cfg.options)
         executor = executor or make_executor(cfg, launch)
         todo, skips = _plan(jobs, latest, executor)
         for job in todo:
@@ -240,11 +232,8 @@ def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
     return todo, skips
 
 
-
 def load_tasks(source: str | Path) -> list[Task]:
     """The valid tasks of a set; any invalid one stops the batch before it starts, with every error listed."""
-    from agent.task import TaskError, load_task_set
-
     try:
         entries = load_task_set(source)
     except TaskError as e:
@@ -255,15 +244,3 @@ def load_tasks(source: str | Path) -> list[Task]:
     if not entries:
         raise BatchError(f"{source}: no task files found")
     return [e for e in entries if isinstance(e, Task)]
-
-
-def run_flags(*, base_url: str | None = None, stream: bool = False, max_turns: int | None = None,
-              max_cost: float | None = None, timeout: float | None = None,
-              prices: str | None = None, allow_unsandboxed: bool = False) -> tuple[str, ...]:
-    """The `perfagent run` flags every job of the batch gets."""
-    flags: list[str] = []
-    for name, value in (("--base-url", base_url), ("--max-turns", max_turns), ("--max-cost", max_cost),
-                        ("--timeout", timeout), ("--prices", str(Path(prices).resolve()) if prices else None)):
-        if value is not None:
-            flags += [name, str(value)]
-    return (*flags, *(["--stream"] if stream else []), *(["--allow-unsandboxed"] if allow_unsandboxed else []))

@@ -1,10 +1,11 @@
 """Where batch jobs run: a local pool of job processes, or Ray tasks on a cluster.
 
-Every job is `perfagent run TASK --model M --run-id ID --job JOB --out DIR --quiet` in a
-process of its own, which dies with the batch that started it. Locally it is forked from a
-warm fork server that has already imported the harness (about 3 s less per job); under Ray
-it is a fresh `python -m agent.batch.executors <parent-pid> run ...`. A process per job keeps one
-job's crash, memory or stray threads away from the others, and the runner writes every file.
+Every job is one RunRequest (task file, model, the batch's RunOptions, run id, job key, out
+dir), run as `perfagent run --quiet` runs it (agent/run/entry.py) in a process of its own, which
+dies with the batch that started it. Locally it is forked from a warm fork server that has
+already imported the harness (about 3 s less per job); under Ray it is a fresh
+`python -m agent.batch.job <parent-pid> <request JSON>`. A process per job keeps one job's
+crash, memory or stray threads away from the others, and the runner writes every file.
 
 Timings stay clean without serialising jobs: the model waits of many jobs overlap freely,
 while the checker takes a per-device lock around each perf measurement (agent/checks/lock.py).
@@ -12,7 +13,6 @@ while the checker takes a per-device lock around each perf measurement (agent/ch
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shutil
@@ -26,9 +26,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from agent.batch.forkserver import ForkServer
+from agent.batch.ledger import JobRecord, commands_seconds, figures_from_report, is_retryable, load_report
 from agent.env.gpu import nvidia_gpus
-from agent.batch.forkserver import ForkServer, die_with_parent
-from agent.batch.ledger import JobRecord, commands_seconds, figures_from_report, is_retryable
+from agent.options import RunOptions
+from agent.run.entry import RunRequest
 
 OnStart = Callable[["JobSpec", str | None], None]
 OnFinish = Callable[[JobRecord], None]
@@ -48,7 +50,7 @@ class JobSpec:
     task: str
     task_file: str  # absolute
     model: str  # as the user wrote it
-    model_arg: str  # as passed to the run (a replay path made absolute)
+    model_arg: str  # as the run gets it (a replay path made absolute)
     sample: int
     requires_gpu: bool = False
     has_reference: bool = False
@@ -63,8 +65,8 @@ class JobSpec:
 class LaunchConfig:
     run_id: str
     out_dir: str  # absolute
-    cwd: str  # where relative paths in the run's flags resolve
-    run_args: tuple[str, ...] = ()  # extra `perfagent run` flags (--max-turns, --prices, ...)
+    cwd: str  # the job process's working folder
+    options: RunOptions = RunOptions()  # every job's run options (--max-turns, --prices, ...)
 
 
 # -- one job ------------------------------------------------------------------------------------
@@ -87,10 +89,10 @@ def clear_job(out_dir: Path | str, run_id: str, key: str) -> None:
             shutil.rmtree(real, ignore_errors=True)
 
 
-def run_argv(job: JobSpec, cfg: LaunchConfig) -> list[str]:
-    """The `perfagent run` arguments of a job."""
-    return ["run", job.task_file, "--model", job.model_arg, "--run-id", cfg.run_id, "--job", job.key,
-            "--out", cfg.out_dir, "--quiet", *cfg.run_args]
+def job_request(job: JobSpec, cfg: LaunchConfig) -> RunRequest:
+    """What the job process runs."""
+    return RunRequest(task_file=job.task_file, model=job.model_arg, options=cfg.options, run_id=cfg.run_id,
+                      job=job.key, out_dir=cfg.out_dir)
 
 
 _LIVE: set = set()  # job processes running now, so an interrupted batch can stop them at once
@@ -120,8 +122,8 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
     log_path = res_dir / "batch.log"
     child_env = {**os.environ, **(env or {})}
     start = time.monotonic()
-    args = run_argv(job, cfg)
-    child = forks.start(args, cfg.cwd, child_env, log_path) if forks else _Spawned(args, cfg.cwd, child_env, log_path)
+    request = job_request(job, cfg).model_dump_json()
+    child = (forks.start if forks else _Spawned)(request, cfg.cwd, child_env, log_path)
     with _LIVE_LOCK:
         _LIVE.add(child)
     try:
@@ -136,23 +138,24 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
     common = dict(exit_code=code, wall_s=round(wall, 3), device=child_env.get("CUDA_VISIBLE_DEVICES"),
                   commands_s=round(commands_seconds(res_dir), 3))
     out = Path(cfg.out_dir)
-    report = _read_json(report_file) if report_file.is_file() and not timed_out else None
+    report = None if timed_out else load_report(report_file)
     if report is None:
         why = f"timed out after {job.timeout_s:g}s" if timed_out else f"exit code {code}: {_last_line(log_path)}"
         return job.record("failed", reason=f"no report: {why}", **common)
     patch = patch_dir / "model_patch.diff"
-    return job.record("failed" if is_retryable(report) else "done", reason=is_retryable(report),
+    retry = is_retryable(report)
+    return job.record("failed" if retry else "done", reason=retry,
                       report=report_file.relative_to(out).as_posix(),
                       patch=patch.relative_to(out).as_posix() if patch.is_file() else None,
                       **common, **figures_from_report(report))
 
 
 class _Spawned:
-    """A fresh interpreter: `python -m agent.batch.executors <our pid> run ...`."""
+    """A fresh interpreter: `python -m agent.batch.job <our pid> <request JSON>`."""
 
-    def __init__(self, args: list[str], cwd: str, env: dict[str, str], log_path: Path):
+    def __init__(self, request: str, cwd: str, env: dict[str, str], log_path: Path):
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "agent.batch.executors", str(os.getpid()), *args], cwd=cwd,
+            self.proc = subprocess.Popen([sys.executable, "-m", "agent.batch.job", str(os.getpid()), request], cwd=cwd,
                                          env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.exit_code: int | None = None
 
@@ -170,13 +173,6 @@ class _Spawned:
     def kill(self) -> None:
         self.signal_kill()
         self.proc.wait()
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _last_line(path: Path) -> str:
@@ -348,16 +344,3 @@ def write_files(out_dir: Path, files: dict[str, bytes]) -> None:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         tmp.write_bytes(files[rel])
         os.replace(tmp, target)
-
-
-# -- the job process's shim ----------------------------------------------------------------------------
-def _child_main(argv: list[str]) -> int:
-    parent, rest = int(argv[0]), argv[1:]
-    die_with_parent(parent)
-    from agent.cli import main
-
-    return main(rest)
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))

@@ -1,11 +1,13 @@
 """A warm process that forks one child per batch job.
 
-A fresh `perfagent run` pays ~3 s of imports (provider SDKs, pydantic models, scipy) before
+A fresh job process pays ~3 s of imports (provider SDKs, pydantic models, scipy) before
 it does anything; a fork of a process that imported them once costs milliseconds.
 multiprocessing's forkserver would do the same, but it re-imports the caller's `__main__`
-in every child (re-running an unguarded script); this server runs nothing but `perfagent run`.
+in every child (re-running an unguarded script); this server runs nothing but batch jobs
+(agent/batch/job.py).
 
-Protocol, JSON lines: requests on the server's stdin, {"id", "args", "cwd", "env", "log"};
+Protocol, JSON lines: requests on the server's stdin, {"id", "request", "cwd", "env", "log"}
+(`request`: the job's RunRequest as JSON);
 replies on its stdout, {"id", "pid"} after the fork and {"id", "exit"} when the child ends.
 EOF on stdin (or SIGTERM, which the kernel sends when the batch dies) means the batch is gone:
 the server SIGKILLs its children and exits, and each child also dies with the server
@@ -17,7 +19,6 @@ nothing of the batch is left running and `--resume` can start at once.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -30,56 +31,11 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PRELOAD = ("agent.cli", "agent.run.runner", "agent.checks")
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+from agent.batch.job import run_json
+from agent.batch.procs import adopt_orphans, child_pids, die_with_parent, kill_tree
+
+PRELOAD = ("agent.run.runner", "agent.checks")  # what every job imports; agent.batch.job is already here
 CLEANUP_S = 5.0  # how long the server keeps killing what its jobs left before it gives up and exits
-
-
-def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
-    """Linux: send `sig` to this process when its parent dies; exit now if it already has."""
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(sig))
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def adopt_orphans() -> None:
-    """Linux: orphaned descendants of this process become its children instead of init's."""
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
-    except (OSError, AttributeError):
-        pass
-
-
-def child_pids() -> set[int]:
-    """This process's children (zombies included), from /proc."""
-    me, pids = os.getpid(), set()
-    listed = list(Path(f"/proc/{me}/task").glob("*/children"))
-    for f in listed:
-        try:
-            pids.update(int(p) for p in f.read_text().split())
-        except (OSError, ValueError):
-            pass
-    if listed:
-        return pids
-    for stat in Path("/proc").glob("[0-9]*/stat"):  # a kernel without /proc/<pid>/task/<tid>/children
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
-                pids.add(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            pass
-    return pids
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a child and, if it leads a process group (a command's own session), that whole group."""
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # -- client side (in the batch) -----------------------------------------------------------------
@@ -102,13 +58,13 @@ class ForkServer:
         self._next = 0
         threading.Thread(target=self._read, name="forkserver-replies", daemon=True).start()
 
-    def start(self, args: list[str], cwd: str, env: dict[str, str], log: Path) -> "ForkedJob":
+    def start(self, request: str, cwd: str, env: dict[str, str], log: Path) -> "ForkedJob":
         with self._lock:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the batch fork server exited (code {self.proc.returncode})")
             self._next += 1
             slot = self._slots[self._next] = _Slot()
-            req = {"id": self._next, "args": args, "cwd": cwd, "env": env, "log": str(log)}
+            req = {"id": self._next, "request": request, "cwd": cwd, "env": env, "log": str(log)}
             assert self.proc.stdin is not None
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
@@ -248,7 +204,7 @@ def _reply(msg: dict) -> None:
 
 
 def _child(req: dict, server: int) -> None:
-    """In the fork: become `perfagent run <args>` with the job's cwd, environment and log."""
+    """In the fork: run the job's request with its cwd, environment and log."""
     code = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the server's handler
@@ -264,9 +220,7 @@ def _child(req: dict, server: int) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        from agent.cli import main
-
-        code = main(req["args"])
+        code = run_json(req["request"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 — the log gets the traceback, the batch the exit code

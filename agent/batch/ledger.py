@@ -8,33 +8,20 @@ that a reader would trust (a torn last line is ignored).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.models.base import OFFLINE_MODELS
+from agent.checks.evaluation import Evaluation
+from agent.models.base import OFFLINE_MODELS, Usage
+from agent.run.result import Report, ReportError
+from agent.util.files import iter_jsonl, read_json
 
 Status = Literal["done", "failed", "skipped"]
 LEDGER = "batch.jsonl"
-
-
-class Tokens(BaseModel):
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.input + self.output + self.cache_read + self.cache_write
-
-    def __add__(self, other: "Tokens") -> "Tokens":
-        return Tokens(input=self.input + other.input, output=self.output + other.output,
-                      cache_read=self.cache_read + other.cache_read, cache_write=self.cache_write + other.cache_write)
 
 
 class JobRecord(BaseModel):
@@ -65,7 +52,7 @@ class JobRecord(BaseModel):
     reference_speedup: float | None = None
     fraction_of_reference: float | None = None
     cost_usd: float | None = None
-    tokens: Tokens = Tokens()
+    tokens: Usage = Field(default_factory=Usage)
     num_turns: int = 0
     # where the time went
     wall_s: float = 0.0  # the job process, start to exit, as the batch saw it
@@ -87,67 +74,71 @@ class JobRecord(BaseModel):
         return max(0.0, self.wall_s - self.model_s - self.commands_s)
 
 
-def figures_from_report(report: dict[str, Any]) -> dict[str, Any]:
-    """The headline figures of one report.json, as JobRecord fields. Pure."""
-    ev = report.get("evaluation") or {}
-    perf = ev.get("perf") or {}
-    ref = ev.get("reference") or {}
-    usage = report.get("usage") or {}
+def load_report(path: Path) -> Report | None:
+    """A job's report.json, or None when it is missing or corrupt (the job then has no report)."""
+    try:
+        return Report.read(path)
+    except ReportError:
+        return None
+
+
+def figures_from_report(report: Report) -> dict[str, Any]:
+    """The headline figures of one report, as JobRecord fields. Pure."""
+    ev = report.evaluation
+    perf = ev.perf if ev is not None else None
+    ref = ev.reference if ev is not None else None
     return {
-        "subtype": report.get("subtype"),
-        "verdict": ev.get("verdict", "error"),
-        "perf_verdict": perf.get("verdict"),
-        "speedup": ev.get("speedup", perf.get("speedup")),
-        "reference_speedup": ref.get("speedup"),
-        "fraction_of_reference": ref.get("fraction_of_reference"),
-        "cost_usd": report.get("total_cost_usd"),
-        "tokens": Tokens(input=usage.get("input_tokens", 0), output=usage.get("output_tokens", 0),
-                         cache_read=usage.get("cache_read_input_tokens", 0),
-                         cache_write=usage.get("cache_creation_input_tokens", 0)),
-        "num_turns": report.get("num_turns", 0),
-        "model_s": (report.get("duration_api_ms") or 0) / 1000,
+        "subtype": report.subtype,
+        "verdict": report.verdict,
+        "perf_verdict": perf.verdict if perf is not None else None,
+        "speedup": ev.speedup if ev is not None else None,
+        "reference_speedup": ref.speedup if ref is not None else None,
+        "fraction_of_reference": ref.fraction_of_reference if ref is not None else None,
+        "cost_usd": report.total_cost_usd,
+        "tokens": report.usage.to_usage(),
+        "num_turns": report.num_turns,
+        "model_s": report.duration_api_ms / 1000,
     }
 
 
-def is_retryable(report: dict[str, Any]) -> str | None:
+def is_retryable(report: Report) -> str | None:
     """Why a written report still counts as a failed job, else None: the run was interrupted (SIGINT,
     SIGTERM), or a provider's API failed mid-run, which a retry may not meet again. Offline models
     (OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
-    result = str(report.get("result") or "")
-    if report.get("subtype") != "error_during_execution":
+    if report.subtype != "error_during_execution":
         return None
-    if result.startswith("interrupted"):
-        return result
-    if not result.startswith("model error"):
+    if report.result.startswith("interrupted"):
+        return report.result
+    if not report.result.startswith("model error"):
         return None
-    used = set(report.get("modelUsage") or {})
-    return None if used and used <= OFFLINE_MODELS else result
+    used = set(report.modelUsage)
+    return None if used and used <= OFFLINE_MODELS else report.result
 
 
 def commands_seconds(job_dir: Path) -> float:
     """Time spent in the target's commands: every grading (checks.json, plus the final one when
     the runner made it after the loop) and the agent's `run` calls."""
-    total = 0.0
-    graded: list[dict] = []
-    checks = job_dir / "checks.json"
-    if checks.is_file():
-        try:
-            graded = [e for e in json.loads(checks.read_text(encoding="utf-8")) if isinstance(e, dict)]
-        except ValueError:
-            graded = []
-    total += sum(_seconds(e.get("evaluation")) for e in graded)
-    try:
-        final = json.loads((job_dir / "report.json").read_text(encoding="utf-8")).get("evaluation")
-    except (OSError, ValueError, AttributeError):
-        final = None
-    if isinstance(final, dict):
-        bare = {k: v for k, v in final.items() if k not in ("emitted", "warnings")}
-        if not any(e.get("full") and e.get("evaluation") == bare for e in graded):
-            total += _seconds(final)
-    for rec in _jsonl(job_dir / "trajectory.jsonl"):
+    entries = read_json(job_dir / "checks.json")
+    graded = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    total = sum(_seconds(e.get("evaluation")) for e in graded)
+    report = load_report(job_dir / "report.json")
+    final = report.evaluation if report is not None else None
+    if final is not None:
+        bare = final.model_copy(update={"emitted": None, "warnings": []}).model_dump()
+        if not any(e.get("full") and _dump(e.get("evaluation")) == bare for e in graded):
+            total += final.duration_s
+    for rec in iter_jsonl(job_dir / "trajectory.jsonl"):
         if rec.get("type") == "tool_result" and rec.get("name") == "run":
             total += float(rec.get("duration_s") or 0)
     return total
+
+
+def _dump(evaluation: Any) -> dict[str, Any] | None:
+    """A logged evaluation in the shape the report's has, to compare the two; None if it is not one."""
+    try:
+        return Evaluation.model_validate(evaluation).model_dump()
+    except ValidationError:
+        return None
 
 
 def _seconds(evaluation: Any) -> float:
@@ -155,18 +146,6 @@ def _seconds(evaluation: Any) -> float:
         return float((evaluation or {}).get("duration_s") or 0)
     except (TypeError, ValueError, AttributeError):
         return 0.0
-
-
-def _jsonl(path: Path) -> Iterator[dict]:
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line from a killed writer
-        if isinstance(obj, dict):
-            yield obj
 
 
 class Ledger:
@@ -190,7 +169,7 @@ class Ledger:
 
     def lines(self) -> list[JobRecord]:
         out = []
-        for obj in _jsonl(self.path):
+        for obj in iter_jsonl(self.path):
             try:
                 out.append(JobRecord.model_validate(obj))
             except ValueError:

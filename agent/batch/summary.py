@@ -19,7 +19,6 @@ Definitions (the ones the tables print):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import defaultdict
@@ -29,13 +28,14 @@ from typing import Any, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 
+from agent.batch.ledger import JobRecord, Ledger, commands_seconds, figures_from_report, load_report
+from agent.batch.plan import PLAN, Plan
+from agent.models.base import Usage
 from agent.util.files import atomic_write
-from agent.batch.ledger import JobRecord, Ledger, Tokens, commands_seconds, figures_from_report
 
-SCHEMA = "perfagent.batch-summary/1"
+SCHEMA = "perfagent.batch-summary/2"  # 2: tokens are agent.models.base.Usage's fields
 OPT_THRESHOLD = 0.95  # share of the reference's speedup a sample must reach
 OPT_MIN_SPEEDUP = 1.2  # and its own speedup over the baseline
-PLAN = "batch.json"
 
 
 # -- statistics (pure) ----------------------------------------------------------------------
@@ -93,7 +93,7 @@ class ModelSummary(BaseModel):
     cost_usd: float  # known costs only
     cost_unknown_jobs: int  # jobs whose model has no price
     cost_per_job: float | None
-    tokens: Tokens
+    tokens: Usage
     wall_s: float  # summed over jobs
     model_s: float
     commands_s: float
@@ -179,7 +179,7 @@ def _model_summary(model: str, rs: list[JobRecord], k: int, pending: int) -> Mod
         fraction_of_reference=sum(fractions) / len(fractions) if fractions else None,
         cost_usd=sum(known), cost_unknown_jobs=len(ran) - len(known),
         cost_per_job=sum(known) / len(known) if known else None,
-        tokens=sum((r.tokens for r in ran), Tokens()),
+        tokens=sum((r.tokens for r in ran), Usage()),
         wall_s=sum(r.wall_s for r in ran), model_s=sum(r.model_s for r in ran),
         commands_s=sum(r.commands_s for r in ran), overhead_s=overhead,
         overhead_per_job_s=overhead / len(ran) if ran else None)
@@ -216,7 +216,7 @@ def load_records(run_dir: Path) -> list[JobRecord]:
         records = [_record_from_folder(run_dir, f) for f in sorted(run_dir.rglob("report.json"))]
     fresh = []
     for r in records:
-        report = _read_json(out_dir / r.report) if r.report else None
+        report = load_report(out_dir / r.report) if r.report else None
         if report is not None:
             r = r.model_copy(update={**figures_from_report(report),
                                      "commands_s": commands_seconds((out_dir / r.report).parent)})
@@ -227,32 +227,26 @@ def load_records(run_dir: Path) -> list[JobRecord]:
 def _record_from_folder(run_dir: Path, report_file: Path) -> JobRecord:
     key = report_file.parent.relative_to(run_dir).as_posix()
     parts = key.split("/")
-    report = _read_json(report_file) or {}
+    report = load_report(report_file)  # corrupt: a done job that graded nothing ("error")
     if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
         task, model, sample = parts[0], parts[1], int(parts[2][1:])
     else:
-        task, model, sample = parts[0], next(iter(report.get("modelUsage") or {}), "unknown"), 0
-    out_dir = run_dir.parent.parent
+        task, model, sample = parts[0], next(iter(report.modelUsage if report else ()), "unknown"), 0
+    figures = figures_from_report(report) if report is not None else {"verdict": "error"}
+    ev = report.evaluation if report is not None else None
     return JobRecord(key=key, task=task, model=model, sample=sample, status="done",
-                     has_reference=bool(((report.get("evaluation") or {}).get("reference"))),
-                     report=report_file.relative_to(out_dir).as_posix(),
-                     wall_s=(report.get("duration_ms") or 0) / 1000,
-                     commands_s=commands_seconds(report_file.parent), **figures_from_report(report))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+                     has_reference=ev is not None and ev.reference is not None,
+                     report=report_file.relative_to(run_dir.parent.parent).as_posix(),
+                     wall_s=report.duration_ms / 1000 if report is not None else 0.0,
+                     commands_s=commands_seconds(report_file.parent), **figures)
 
 
 def summarize_run(run_dir: Path) -> BatchSummary:
     """Summary of the run folder `results/<run-id>`: reads the files, then `summarize`."""
     run_dir = Path(run_dir)
-    plan = _read_json(run_dir / PLAN) or {}
-    planned = [(j["key"], j["model"]) for j in plan.get("jobs", [])]
-    return summarize(load_records(run_dir), run_id=run_dir.name, samples=plan.get("samples"), planned=planned)
+    plan = Plan.read(run_dir / PLAN)
+    planned = [(j.key, j.model) for j in plan.jobs]
+    return summarize(load_records(run_dir), run_id=run_dir.name, samples=plan.samples or None, planned=planned)
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -306,7 +300,7 @@ def _jobs_cell(t: TaskRow) -> str:
     return f"{t.jobs} ({other})" if other else str(t.jobs)
 
 
-def _sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+def sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
     rate = f", {s.jobs_per_minute:.2f} jobs/min" if s.jobs_per_minute else ""
     return [(f"batch {s.run_id}: results per model (Opt@K with K={s.samples})", QUALITY_COLUMNS, quality_rows(s)),
             (f"batch {s.run_id}: spend per model{rate}", SPEND_COLUMNS, spend_rows(s)),
@@ -316,7 +310,7 @@ def _sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[st
 def summary_tables(s: BatchSummary) -> list[Table]:
     """The summary as rich tables: results per model, spend per model, one row per (task, model)."""
     tables = []
-    for title, cols, rows in _sections(s):
+    for title, cols, rows in sections(s):
         t = Table(title=title)
         for c in cols:
             t.add_column(c, overflow="fold")
@@ -332,7 +326,7 @@ def summary_markdown(s: BatchSummary) -> str:
              f"{s.opt_min_speedup:g}x faster than the baseline, and reaches {s.opt_threshold:.0%} of the reference "
              "patch's speedup. \"of ref. gain\": mean (s - 1) / (s_ref - 1) "
              "over correct jobs. Overhead: job wall time outside model calls and the target's commands.", ""]
-    for title, cols, rows in _sections(s):
+    for title, cols, rows in sections(s):
         lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
         lines.append("")

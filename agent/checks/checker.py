@@ -30,6 +30,7 @@ from agent.checks.stats import compare, fraction_of_reference, speedup
 from agent.env.sandbox import base_env, run_command
 from agent.task import Task
 from agent.env.workspace import PatchError, Workspace
+from agent.util.text import tail
 
 # Files that change what the tests check without being tests: always protected, on top of the task's list.
 ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py"]
@@ -71,7 +72,7 @@ class Checker:
             setup = self._setup(ws)
             if setup is not None and not setup.passed:
                 ws.cleanup()
-                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): {setup.output_tail[-500:]}")
+                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): {tail(setup.output_tail, 500)}")
             self._baseline = ws
         return self._baseline
 

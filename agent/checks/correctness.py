@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agent.checks.evaluation import CommandRun
 from agent.env.sandbox import CommandResult, base_env, run_command
+from agent.util.text import tail
 
 TAIL_CHARS = 4000
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
@@ -44,7 +45,7 @@ def failing_tests(output: str) -> list[str]:
 def to_run(name: str, res: CommandResult) -> CommandRun:
     return CommandRun(name=name, command=res.command, exit_code=res.exit_code, passed=res.ok,
                       timed_out=res.timed_out, duration_s=round(res.duration_s, 3),
-                      output_tail=res.output[-TAIL_CHARS:], failing_tests=[] if res.ok else failing_tests(res.output))
+                      output_tail=tail(res.output, TAIL_CHARS), failing_tests=[] if res.ok else failing_tests(res.output))
 
 
 def run_check(name: str, command: str, root: Path, hook_dir: Path, *, timeout_s: float, poison: bool = False,

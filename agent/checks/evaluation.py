@@ -36,10 +36,6 @@ class Correctness(BaseModel):
     poison: CommandRun | None = None  # None when the task turns poison off, or the plain run already failed
     poison_enabled: bool = True
 
-    @property
-    def passed(self) -> bool:
-        return self.plain.passed and (not self.poison_enabled or (self.poison is not None and self.poison.passed))
-
 
 class CoverageResult(BaseModel):
     """Which added or changed executable lines the correctness run executed ("file:line")."""

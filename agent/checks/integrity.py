@@ -28,7 +28,7 @@ from typing import Callable, Collection, Iterable
 
 from pydantic import BaseModel
 
-from agent.env.workspace import matches_any
+from agent.util.globs import matches_any
 
 try:
     import tomllib

@@ -18,6 +18,7 @@ from typing import Callable
 from agent.checks.stats import Comparison, compare
 from agent.env.sandbox import base_env, run_command
 from agent.task import PerfSpec
+from agent.util.text import tail
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def run_bench(side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]
     res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root))
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
-        raise BenchError(side, f"{side} bench failed ({why}): {res.output[-1500:].strip()}")
+        raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
     try:
         return parse_metric(res.output, spec.metric)
     except ValueError as e:

@@ -1,17 +1,43 @@
-"""Two views of an Evaluation: compact text for the model (run_checks), a table for people."""
+"""One rendering of an Evaluation: compact text for the model, typed rows for people.
+
+The rows are what every human view shows: `perfagent check` draws them as a table, and
+`review` and the HTML report add the few rows only a run's report has. `summarize` (what the
+agent reads after run_checks) is built from the same per-line functions, so a check reads
+the same wherever it is shown.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import groupby
+from typing import Literal
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from agent.checks.evaluation import CommandRun, Evaluation, PerfResult
+from agent.checks.evaluation import (CommandRun, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
+                                     ReferenceResult)
+from agent.checks.integrity import IntegrityResult
+from agent.util.text import first_line, tail_lines
 
-_COLOR = {"pass": "green", "fail": "red", "rejected": "red", "error": "red", "unverified": "yellow",
-          "suspicious": "red", "faster": "green", "slower": "red", "no significant change": "yellow"}
+Level = Literal["ok", "warn", "bad", "info"]
+LEVEL_STYLE: dict[Level, str] = {"ok": "green", "warn": "yellow", "bad": "red", "info": ""}
+COVERAGE = "coverage of changed lines"
+_PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "suspicious": "bad"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a check table: what was checked, what came out, how bad."""
+
+    name: str
+    text: str
+    level: Level = "info"
+
+
+def verdict_level(verdict: str) -> Level:
+    return {"pass": "ok", "unverified": "warn", "no-change": "info"}.get(verdict, "bad")
 
 
 def compact_lines(names: list[str]) -> str:
@@ -33,6 +59,12 @@ def compact_lines(names: list[str]) -> str:
     return "; ".join(parts)
 
 
+# -- per-line texts, shared by the summary and the rows ----------------------------------------------
+def _num(x: float | None, fmt: str = ".3f") -> str:
+    """A number that a partial (or foreign) evaluation may lack."""
+    return "-" if x is None else format(x, fmt)
+
+
 def _run_line(run: CommandRun | None, enabled: bool = True) -> str:
     if not enabled:
         return "off for this task"
@@ -47,15 +79,31 @@ def _run_line(run: CommandRun | None, enabled: bool = True) -> str:
 
 def perf_line(p: PerfResult) -> str:
     if p.error:
-        return f"error: {p.error.splitlines()[0][:300]}"
+        return f"error: {first_line(p.error)}"
     unit = f" {p.unit}" if p.unit else ""
-    return (f"{p.verdict}: {p.metric} {p.baseline_median:.4g}{unit} -> {p.candidate_median:.4g}{unit}, "
-            f"ratio {p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}] ({p.confidence:.0%} CI), p={p.p_value:.3g}, "
-            f"speedup {p.speedup:.3f}x, {p.n_pairs} pairs" + ("" if p.precise else ", interval wider than min effect"))
+    medians = f"{_num(p.baseline_median, '.4g')}{unit} -> {_num(p.candidate_median, '.4g')}{unit}"
+    return (f"{p.verdict}: {p.metric} {medians}, "
+            f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
+            f"p={_num(p.p_value, '.3g')}, speedup {_num(p.speedup)}x, {p.n_pairs} pairs"
+            + ("" if p.precise else ", interval wider than min effect"))
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join("    " + ln for ln in text.strip().splitlines()[-lines:])
+def _diff_line(d: DiffStats) -> str:
+    return f"{len(d.files)} files, +{d.insertions} -{d.deletions}"
+
+
+def _coverage_tail(cov: CoverageResult) -> str:
+    """What a reader of either view must see about the change's coverage: the lines no test ran."""
+    return f"; NOT executed: {compact_lines(cov.uncovered)}" if cov.uncovered else ""
+
+
+def _note(text: str | None) -> str:
+    return f" ({text})" if text else ""
+
+
+def _reference_line(r: ReferenceResult) -> str:
+    frac = "n/a" if r.fraction_of_reference is None else f"{r.fraction_of_reference:.2f}"
+    return f"speedup {_num(r.speedup)}x; fraction of it achieved: {frac}"
 
 
 def summarize(ev: Evaluation) -> str:
@@ -65,79 +113,124 @@ def summarize(ev: Evaluation) -> str:
     if not ev.hygiene.ok:
         return "\n".join(out)
     if ev.diff_stats.files:
-        out.append(f"diff: {len(ev.diff_stats.files)} files, +{ev.diff_stats.insertions} -{ev.diff_stats.deletions}")
+        out.append(f"diff: {_diff_line(ev.diff_stats)}")
     if ev.setup is not None and not ev.setup.passed:
-        out.append("setup output (tail):\n" + _tail(ev.setup.output_tail))
+        out.append("setup output (tail):\n" + tail_lines(ev.setup.output_tail, 15, "    "))
     c = ev.correctness
     if c is not None:
         out.append(f"tests: {_run_line(c.plain)}")
         out.append(f"tests with poisoned memory: {_run_line(c.poison, c.poison_enabled)}")
         failed = c.plain if not c.plain.passed else c.poison if c.poison is not None and not c.poison.passed else None
         if failed is not None:
-            out.append(f"{failed.name} run output (tail):\n" + _tail(failed.output_tail, 25))
+            out.append(f"{failed.name} run output (tail):\n" + tail_lines(failed.output_tail, 25, "    "))
     if ev.coverage is not None:
         cov = ev.coverage
         out.append(f"changed lines executed by tests: {len(cov.covered)}/{len(cov.changed)}"
-                   + (f"; NOT executed: {compact_lines(cov.uncovered)}" if cov.uncovered else "")
-                   + (f" ({cov.note})" if cov.note else ""))
+                   + _coverage_tail(cov) + _note(cov.note))
     if ev.perf is not None:
         out.append("perf: " + perf_line(ev.perf) + (" (quick)" if ev.quick else ""))
     if ev.reference is not None:
         r = ev.reference
-        out.append(f"reference: {r.error}" if r.error else
-                   f"reference speedup {r.speedup:.3f}x; fraction of it achieved: "
-                   + ("n/a" if r.fraction_of_reference is None else f"{r.fraction_of_reference:.2f}"))
+        out.append(f"reference: {r.error}" if r.error else f"reference {_reference_line(r)}")
     if ev.error:
         out.append(f"error: {ev.error}")
     return "\n".join(out)
 
 
-def evaluation_table(ev: Evaluation) -> Group:
-    """The verdict table of `perfagent check` (and `review`)."""
-    t = Table(title=f"{ev.task_id}: [{_COLOR.get(ev.verdict, 'white')}]{ev.verdict}[/]" + (" (quick)" if ev.quick else ""),
-              show_header=True, title_justify="left")
-    t.add_column("check", style="bold", no_wrap=True)
-    t.add_column("result", overflow="fold")
-    t.add_row("patch hygiene", "ok" if ev.hygiene.ok else "[red]" + escape("; ".join(ev.hygiene.problems)) + "[/]")
-    t.add_row("protected paths", "[red]touched: " + escape(", ".join(ev.protected_violations)) + "[/]"
-              if ev.protected_violations else "untouched")
-    i = ev.integrity
-    t.add_row("integrity", escape(i.summary().removeprefix("integrity: ")) if i.refused or i.flags or i.plausibility
-              else "ok")
+# -- rows -------------------------------------------------------------------------------------------
+def _run_row(name: str, run: CommandRun | None, enabled: bool = True) -> Row:
+    level: Level = "info" if run is None or not enabled else "ok" if run.passed else "bad"
+    return Row(name, _run_line(run, enabled), level)
+
+
+def _integrity_row(i: IntegrityResult) -> Row:
+    """Refusals, flagged lines and an implausible speedup, all of them: what a person must look at first."""
+    parts = [*i.refused, *(f"flagged {f}" for f in i.flags)]
+    if i.plausibility:
+        parts.append(f"suspicious speedup: {i.plausibility}")
+    return Row("integrity", "; ".join(parts) or "ok", "bad" if parts else "ok")
+
+
+def _coverage_row(cov: CoverageResult) -> Row:
+    if not cov.measured:
+        return Row(COVERAGE, f"not measured ({cov.note or 'no data'})", "warn")
+    text = f"{len(cov.covered)}/{len(cov.changed)} changed lines executed by the tests" + _coverage_tail(cov)
+    if cov.unmeasured_files:
+        text += "; no line data for " + ", ".join(cov.unmeasured_files)
+    return Row(COVERAGE, text + _note(cov.note), "warn" if cov.uncovered else "ok")
+
+
+def _perf_row(p: PerfResult) -> Row:
+    return Row("perf", perf_line(p), "bad" if p.error else _PERF_LEVEL.get(p.verdict or "", "warn"))
+
+
+def _reference_row(r: ReferenceResult) -> Row:
+    if r.error:
+        return Row("reference patch", r.error, "bad")
+    ratio = (f"ratio {_num(r.ratio)} [{_num(r.ci_low)}, {_num(r.ci_high)}], p={_num(r.p_value, '.3g')}; "
+             if r.ratio is not None else "")
+    return Row("reference patch", ratio + _reference_line(r))
+
+
+def evaluation_rows(ev: Evaluation) -> list[Row]:
+    """Every check of one evaluation, worst news first; a partial evaluation gives fewer rows."""
+    rows = [Row("why", r, "warn") for r in ev.reasons]
+    rows += [Row(name, text, level) for name, text, level in
+             (("error", ev.error, "bad"), ("note", ev.note, "info"), ("emitted", ev.emitted, "info")) if text]
+    problems, pv = ev.hygiene.problems, ev.protected_violations
+    rows.append(Row("patch hygiene", "ok", "ok") if ev.hygiene.ok else Row("patch hygiene", "; ".join(problems), "bad"))
+    rows.append(Row("protected paths", "touched: " + ", ".join(pv), "bad") if pv else
+                Row("protected paths", "untouched", "ok"))
+    rows.append(_integrity_row(ev.integrity))
     d = ev.diff_stats
-    t.add_row("diff", f"{len(d.files)} files, +{d.insertions} -{d.deletions}")
+    rows.append(Row("diff", _diff_line(d) + (": " + ", ".join(d.files) if d.files else "")))
     if ev.setup is not None:
-        t.add_row("setup", escape(_run_line(ev.setup)))
+        rows.append(_run_row("setup", ev.setup))
     if ev.correctness is not None:
-        t.add_row("correctness", escape(_run_line(ev.correctness.plain)))
-        t.add_row("poison", escape(_run_line(ev.correctness.poison, ev.correctness.poison_enabled)))
+        rows.append(_run_row("correctness", ev.correctness.plain))
+        rows.append(_run_row("poison run", ev.correctness.poison, ev.correctness.poison_enabled))
     if ev.coverage is not None:
-        cov = ev.coverage
-        text = f"{len(cov.covered)}/{len(cov.changed)} changed lines executed"
-        if cov.uncovered:
-            text += "; [yellow]not executed: " + escape(compact_lines(cov.uncovered)) + "[/]"
-        if cov.unmeasured_files:
-            text += "; no line data for " + escape(", ".join(cov.unmeasured_files))
-        if cov.note:
-            text += f" ({escape(cov.note)})"
-        t.add_row("coverage of change", text)
+        rows.append(_coverage_row(ev.coverage))
     if ev.perf is not None:
-        color = _COLOR.get(ev.perf.verdict or "error", "red")
-        t.add_row("speedup", f"[{color}]{escape(perf_line(ev.perf))}[/]")
+        rows.append(_perf_row(ev.perf))
     if ev.reference is not None:
-        r = ev.reference
-        t.add_row("reference", escape(r.error or (
-            f"ratio {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}], p={r.p_value:.3g}, speedup {r.speedup:.3f}x; "
-            "fraction achieved " + ("n/a" if r.fraction_of_reference is None else f"{r.fraction_of_reference:.2f}"))))
-    for reason in ev.reasons:
-        t.add_row("why", escape(reason))
-    e = ev.environment
-    env = Table.grid(padding=(0, 2))
-    env.add_row("environment", escape(", ".join(x for x in [
+        rows.append(_reference_row(ev.reference))
+    return rows + [Row("warning", w, "warn") for w in ev.warnings]
+
+
+def _environment_text(e: Environment) -> str:
+    return ", ".join(x for x in [
         e.cpu, f"GPU {e.gpu} (driver {e.gpu_driver})" if e.gpu else "no GPU", f"torch {e.torch}" if e.torch else None,
         f"CUDA {e.cuda}" if e.cuda else None, f"python {e.python}" if e.python else None,
-        f"isolation {e.isolation}" if e.isolation else None] if x)))
+        f"isolation {e.isolation}" if e.isolation else None, f"device {e.device}" if e.device else None] if x)
+
+
+def environment_rows(ev: Evaluation) -> list[Row]:
+    """Where and how long the numbers were taken; nothing when the evaluation probed no machine."""
+    e = ev.environment
+    if e == Environment():
+        return []
+    rows = [Row("environment", _environment_text(e))]
     if e.base_commit:
-        env.add_row("commits", f"base {e.base_commit[:12]}, candidate {(e.candidate_commit or '?')[:12]}")
-    env.add_row("took", f"{ev.duration_s:.1f}s")
-    return Group(t, env)
+        rows.append(Row("commits", f"base {e.base_commit[:12]}, candidate {(e.candidate_commit or '?')[:12]}"))
+    return rows + [Row("took", f"{ev.duration_s:.1f}s")]
+
+
+def rows_table(rows: list[Row], **kw) -> Table:
+    """Rows drawn as a two-column table, each result coloured by its level."""
+    t = Table(title_justify="left", **kw)
+    t.add_column("check", style="bold", no_wrap=True)
+    t.add_column("result", overflow="fold")
+    for row in rows:
+        t.add_row(row.name, Text(row.text, style=LEVEL_STYLE[row.level]))
+    return t
+
+
+def evaluation_table(ev: Evaluation) -> Group:
+    """The verdict table of `perfagent check`, with where and how long it was measured beneath."""
+    title = Text.assemble(f"{ev.task_id}: ", (ev.verdict, LEVEL_STYLE[verdict_level(ev.verdict)] or "bold"),
+                          " (quick)" if ev.quick else "")
+    env = Table.grid(padding=(0, 2))
+    for row in environment_rows(ev):
+        env.add_row(row.name, row.text)
+    return Group(rows_table(evaluation_rows(ev), title=title), env)

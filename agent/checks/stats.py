@@ -35,10 +35,6 @@ class Comparison(BaseModel):
     n_candidate: int
     precise: bool  # interval narrower than the task's minimum effect: enough samples
 
-    @property
-    def ci_width(self) -> float:
-        return self.ci_high - self.ci_low
-
 
 def _ratio_of_medians(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(c, axis=axis) / np.median(b, axis=axis)

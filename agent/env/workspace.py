@@ -13,15 +13,16 @@ ever read.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import git
+
+from agent.util.globs import matches_any
 
 RUN_BRANCH = "perfagent/run"
 # Never part of a baseline snapshot of a plain folder, nor of a candidate.
@@ -51,17 +52,6 @@ class WorkspaceError(Exception):
 
 class PatchError(Exception):
     """A patch that does not apply; the message is git's reason, in one line."""
-
-
-def matches_any(path: str, patterns: list[str]) -> bool:
-    """Glob match on repo-relative posix paths; `tests/**` covers everything below tests/."""
-    p = PurePosixPath(path)
-    for pat in patterns:
-        if fnmatch.fnmatch(str(p), pat) or p.match(pat):
-            return True
-        if pat.endswith("/**") and (str(p) == pat[:-3] or str(p).startswith(pat[:-2])):
-            return True
-    return False
 
 
 @dataclass

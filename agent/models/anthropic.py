@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import anthropic
 
-from .base import DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, Deadline, ModelError, Reply, ToolCall, Usage, one_line
+from .base import (DEFAULT_ANTHROPIC_MODEL, DEFAULT_MAX_RETRIES, Deadline, ModelError, Reply, ToolCall, Usage, for_api,
+                   one_line)
 
 
 MAX_CACHE_BREAKPOINTS = 4  # the API rejects requests with more
@@ -191,7 +192,7 @@ class AnthropicModel:
         return self._client if timeout is None else self._client.with_options(timeout=timeout)
 
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
-        params = with_cache_breakpoints(system, messages, tools).params(self.model, self.max_tokens)
+        params = with_cache_breakpoints(system, for_api(messages), tools).params(self.model, self.max_tokens)
         start = time.perf_counter()
         self.deadline.refused = None
         try:

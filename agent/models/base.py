@@ -6,8 +6,10 @@ trajectory never depend on which provider answered:
     {"role": "user" | "assistant", "content": [block, ...]}
     {"type": "text", "text": ...}
     {"type": "tool_use", "id": ..., "name": ..., "input": {...}}
-    {"type": "tool_result", "tool_use_id": ..., "content": str, "is_error": bool}
+    {"type": "tool_result", "tool_use_id": ..., "content": str, "is_error": bool, "data"?: {...}}
 
+A tool result's optional ``data`` (structured results, e.g. run_checks' evaluation) is for
+readers in this process, such as the rules policy; an adapter never sends it (``for_api``).
 Tools are Anthropic-style ``{"name", "description", "input_schema"}``.
 ``Reply.stop_reason`` uses the Anthropic vocabulary too ("end_turn", "tool_use",
 "max_tokens", ...); each adapter maps its provider's reasons onto it.
@@ -98,6 +100,21 @@ class Model(Protocol):
     name: str  # the spec, e.g. "anthropic:claude-sonnet-4-5"
 
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply: ...
+
+
+LOCAL_KEYS = frozenset({"data"})  # block keys for in-process readers only, never sent to an API
+
+
+def for_api(messages: list[dict]) -> list[dict]:
+    """`messages` without the LOCAL_KEYS of their blocks; only the messages that had one are copied."""
+    out = []
+    for msg in messages:
+        content = msg.get("content")
+        if isinstance(content, list) and any(isinstance(b, dict) and LOCAL_KEYS & b.keys() for b in content):
+            msg = {**msg, "content": [{k: v for k, v in b.items() if k not in LOCAL_KEYS} if isinstance(b, dict)
+                                      else b for b in content]}
+        out.append(msg)
+    return out
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:

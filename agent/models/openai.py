@@ -59,7 +59,9 @@ def _result_text(block: dict) -> str:
 
 
 def to_openai_messages(system: str, messages: list[dict]) -> list[dict]:
-    """Neutral messages -> chat-completions messages (tool results first, as OpenAI requires)."""
+    """Neutral messages -> chat-completions messages (tool results first, as OpenAI requires).
+
+    Of a tool result only its text is sent: its local `data` never is."""
     out: list[dict] = [{"role": "system", "content": system}] if system else []
     for msg in messages:
         blocks = _blocks(msg.get("content", []))
@@ -100,43 +102,6 @@ def parse_arguments(name: str, arguments: str | None) -> tuple[dict, str | None]
     if not isinstance(value, dict):
         return {}, f"arguments for tool {name!r} must be a JSON object, got: {one_line(arguments, 200)}"
     return value, None
-
-
-def from_openai_messages(messages: list[dict]) -> tuple[str, list[dict]]:
-    """Chat-completions messages -> (system, neutral messages); the inverse of to_openai_messages."""
-    system: list[str] = []
-    out: list[dict] = []
-
-    def user_blocks() -> list[dict]:
-        if not out or out[-1]["role"] != "user":
-            out.append({"role": "user", "content": []})
-        return out[-1]["content"]
-
-    for msg in messages:
-        role, content = msg.get("role"), msg.get("content")
-        if role in ("system", "developer"):
-            system.append(content or "")
-        elif role == "tool":
-            text = content or ""
-            is_error = text.startswith(TOOL_ERROR_PREFIX)
-            user_blocks().append({
-                "type": "tool_result",
-                "tool_use_id": msg.get("tool_call_id", ""),
-                "content": text[len(TOOL_ERROR_PREFIX):] if is_error else text,
-                "is_error": is_error,
-            })
-        elif role == "user":
-            if isinstance(content, list):  # multi-part content: keep the text parts
-                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-            user_blocks().append({"type": "text", "text": content or ""})
-        elif role == "assistant":
-            blocks: list[dict] = [{"type": "text", "text": content}] if content else []
-            for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                args, _ = parse_arguments(fn.get("name", ""), fn.get("arguments"))
-                blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": fn.get("name", ""), "input": args})
-            out.append({"role": "assistant", "content": blocks})
-    return "\n\n".join(system), out
 
 
 def usage_from_api(usage: dict | None) -> Usage:

@@ -3,7 +3,8 @@
 It reads the focus files, proposes the analyzers' zeros -> empty rewrites, and lets the
 checks decide: a batch that fails the (poisoned) tests is split until every rejected edit
 is isolated with the failure it caused. What survives is kept only if it is measurably
-faster. The policy is written as a generator: each `yield` is one turn (a list of tool calls,
+faster. It reads the checks' structured evaluation (run_checks' tool result `data`), never
+their text. The policy is written as a generator: each `yield` is one turn (a list of tool calls,
 as an LLM may make several at once) and receives their results, so the trajectory reads like
 any other agent's.
 """
@@ -13,25 +14,26 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Generator
+from typing import Any, Generator
 
 from agent.analyzers import Finding, analyze_source, apply_rewrites
 from agent.analyzers.findings import ZERO_INIT
-from agent.task import Task
-from agent.env.workspace import matches_any
-
+from agent.checks.evaluation import Evaluation
+from agent.checks.render import perf_line
+from agent.util.globs import matches_any
 from agent.models.base import Reply, ToolCall, Usage
+from agent.task import Task
 
 RULES_MODEL_ID = "rules"
-CHUNK_LINES = 150
-CHUNKS_PER_TURN = 8
 _NUMBERED = re.compile(r"^\s*(\d+)  ?(.*)$")
+_READ_ON = re.compile(r"^\[.* call read_file with start=(\d+) to continue\]$", re.M)  # read_file's last line
 
 
 @dataclass(frozen=True)
 class ToolOutput:
     content: str
     is_error: bool
+    data: dict[str, Any] | None = None  # the tool's structured result (run_checks: {"evaluation": ...})
 
 
 @dataclass
@@ -44,20 +46,30 @@ class Decision:
 @dataclass
 class CheckVerdict:
     passed: bool
-    failure: str  # the first failing test, or the verdict line
+    failure: str  # the first failing test, else the failing mode or the first reason
     faster: bool = False
     perf_line: str = ""
 
 
-def parse_checks(text: str) -> CheckVerdict:
-    """Read the run_checks summary as a careful human would: the verdict, the first failing test, perf."""
-    verdict = re.search(r"^verdict:\s*([\w-]+)", text, re.M)
-    passed = bool(verdict) and verdict.group(1) == "pass"
-    failing = re.search(r"failing: ([^,;)\s]+)", text) or re.search(r"^\s*FAILED (\S+)", text, re.M)
-    failure = failing.group(1) if failing else (verdict.group(0) if verdict else text.strip()[:200])
-    perf = re.search(r"^perf: (.*)$", text, re.M)
-    faster = bool(perf) and perf.group(1).startswith("faster")
-    return CheckVerdict(passed, failure, faster, perf.group(1).strip() if perf else "")
+def check_verdict(result: ToolOutput) -> CheckVerdict:
+    """What a run_checks result means to the policy, read from its evaluation (not its text)."""
+    data = (result.data or {}).get("evaluation")
+    if data is None:  # the checks could not run at all
+        return CheckVerdict(False, result.content.strip()[:200])
+    ev = Evaluation.model_validate(data)
+    perf = ev.perf
+    return CheckVerdict(ev.verdict == "pass", _first_failure(ev), perf is not None and perf.verdict == "faster",
+                        perf_line(perf) if perf is not None else "")
+
+
+def _first_failure(ev: Evaluation) -> str:
+    """The first failing test, else the mode that failed (a test run, coverage, integrity, ...)."""
+    c = ev.correctness
+    runs = [(c.plain, "tests"), (c.poison, "tests with poisoned memory")] if c is not None else []
+    for run, mode in runs:
+        if run is not None and not run.passed:
+            return run.failing_tests[0] if run.failing_tests else f"{mode} fail (exit {run.exit_code})"
+    return ev.reasons[0] if ev.reasons else f"verdict: {ev.verdict}"
 
 
 Script = Generator[list[ToolCall], list[ToolOutput], str]
@@ -109,7 +121,7 @@ class RulesPolicy:
                     writes.append(self._call("write_file", path=path, content=new))
                     state[path] = new
             results = yield [*writes, self._call("run_checks", perf=perf)]
-            return parse_checks(results[-1].content)
+            return check_verdict(results[-1])
 
         def search(edits: list[Finding], kept: list[Finding]) -> Script:
             """Largest passing subset of `edits` on top of `kept` (group testing by halving)."""
@@ -160,40 +172,30 @@ class RulesPolicy:
                 and not re.search(r"(^|/)(tests?/|test_|conftest\.py)", p)]
 
     def _read(self, paths: list[str]) -> Generator[list[ToolCall], list[ToolOutput], dict[str, str]]:
-        """Each file's text, read in numbered chunks (tool output is capped), many chunks a turn."""
+        """Each file's text, page by page as read_file gives it (its output is capped), all files at once."""
         lines: dict[str, list[str]] = {p: [] for p in paths}
-        open_paths, failed = list(paths), set()
-        while open_paths:
-            calls, owners = [], []
-            for p in open_paths:
-                for k in range(CHUNKS_PER_TURN):
-                    start = len(lines[p]) + k * CHUNK_LINES + 1
-                    calls.append(self._call("read_file", path=p, start=start, end=start + CHUNK_LINES - 1))
-                    owners.append(p)
-            results = yield calls
-            still_open = []
-            for p in open_paths:
-                chunks = [r for r, owner in zip(results, owners) if owner == p]
-                if chunks[0].is_error and not lines[p]:
+        failed: set[str] = set()
+        next_start = {p: 1 for p in paths}
+        while next_start:
+            open_paths = list(next_start)
+            results = yield [self._call("read_file", path=p, start=next_start[p]) for p in open_paths]
+            for p, r in zip(open_paths, results):
+                more = None if r.is_error else _READ_ON.search(r.content)
+                if more is not None:
+                    next_start[p] = int(more.group(1))
+                else:
+                    del next_start[p]
+                if r.is_error:
                     failed.add(p)
                     continue
-                done = False
-                for r in chunks:
-                    got = [] if r.is_error else [m.group(2) for m in map(_NUMBERED.match, r.content.splitlines()) if m]
-                    lines[p] += got
-                    if len(got) < CHUNK_LINES:
-                        done = True
-                        break
-                if not done:
-                    still_open.append(p)
-            open_paths = still_open
+                lines[p] += [m.group(2) for m in map(_NUMBERED.match, r.content.splitlines()) if m]
         return {p: "\n".join(ls) + "\n" for p, ls in lines.items() if p not in failed}
 
 
 def _last_results(messages: list[dict]) -> list[ToolOutput]:
     """The results of the previous turn's tool calls, in order."""
     blocks = messages[-1]["content"] if messages else []
-    return [ToolOutput(str(b.get("content", "")), bool(b.get("is_error"))) for b in blocks
+    return [ToolOutput(str(b.get("content", "")), bool(b.get("is_error")), b.get("data")) for b in blocks
             if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 

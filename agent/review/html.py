@@ -1,7 +1,8 @@
 """`perfagent report`: one self-contained HTML file of a run or batch, viewable offline.
 
-The page is a jinja2 template (templates/report.html.j2) filled with the records review.py
-loads, so both views show the same runs and the same numbers (the batch summary's). Diffs
+The page is a jinja2 template (templates/report.html.j2) filled with the records load.py
+reads and the rows rows.py words, so the page and the terminal show the same runs, the same
+numbers (the batch summary's) and the same checks (those `perfagent check` prints). Diffs
 are highlighted by pygments and charts are inline SVG from pygal; nothing is fetched when
 the file is opened, and it needs no JavaScript (collapsing is <details>/<summary>).
 
@@ -24,11 +25,12 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from agent.batch import summary as batch_summary
-from agent.batch.summary import BatchSummary
+from agent.batch.summary import BatchSummary, sections
+from agent.checks.render import Row
+from agent.review.load import PatchFile, Results, RunView
+from agent.review.rows import (EMPTY_PATCH, TokenCost, check_rows, fmt_cost, fmt_speedup, fmt_usd, patch_title,
+                               plot_title, run_summary, sample_plot, sort_runs, token_costs, verdict_level)
 from agent.util.files import atomic_write
-from agent.review.load import (CheckRow, Results, RunView, TokenCost, check_rows, fmt_cost, fmt_speedup, fmt_usd,
-                          sample_plot, sort_runs, token_costs, verdict_level)
 
 TEMPLATES = Path(__file__).with_name("templates")
 CHART_STYLE = Style(background="transparent", plot_background="#fafafa", font_family="sans-serif",
@@ -56,7 +58,16 @@ class Section:
 def summary_sections(summary: BatchSummary) -> list[Section]:
     # The batch module's own (title, columns, rows) list: whatever tables summary.md has, the page has.
     return [Section(f"summary-{i}", title, tuple(cols), list(rows))
-            for i, (title, cols, rows) in enumerate(batch_summary._sections(summary), 1)]
+            for i, (title, cols, rows) in enumerate(sections(summary), 1)]
+
+
+@dataclass
+class DiffCard:
+    """One diff of a run: highlighted when it has content, a note when it is empty."""
+
+    title: str
+    rejected: bool
+    html: Markup | None
 
 
 @dataclass
@@ -69,10 +80,11 @@ class RunCard:
     level: str
     speedup: str
     cost: str
-    checks: list[CheckRow]
+    ended: str
+    checks: list[Row]
     plot: str
-    diff_html: Markup | None
-    diff_label: str
+    plot_title: str
+    diffs: list[DiffCard]
     result: str
     costs: list[TokenCost]
 
@@ -119,20 +131,24 @@ def charts(results: Results) -> list[Chart]:
     return [Chart(c.config.title, _svg(c)) for c in (speed, cost, scatter)]
 
 
+def diff_card(p: PatchFile) -> DiffCard:
+    return DiffCard(title=patch_title(p), rejected=p.rejected, html=diff_html(p.text) if p.text.strip() else None)
+
+
 def run_card(i: int, run: RunView) -> RunCard:
-    ds = run.evaluation.get("diff_stats") or {}
-    label = (f"diff: {len(ds.get('files') or [])} file(s), +{ds.get('insertions', 0)} -{ds.get('deletions', 0)}"
-             if ds else "diff")
+    rep = run.report
     return RunCard(anchor=f"run-{i}", run=run, verdict=run.verdict, level=verdict_level(run.verdict),
-                   speedup=fmt_speedup(run), cost=fmt_cost(run), checks=check_rows(run), plot=sample_plot(run.perf),
-                   diff_html=diff_html(run.diff) if run.diff and run.diff.strip() else None, diff_label=label,
-                   result=str((run.report or {}).get("result") or ""), costs=token_costs(run.report))
+                   speedup=fmt_speedup(run), cost=fmt_cost(run), ended=run_summary(rep) if rep else "",
+                   checks=check_rows(run), plot=sample_plot(run.perf),
+                   plot_title=plot_title(run.perf) if run.perf else "", diffs=[diff_card(p) for p in run.patches],
+                   result=rep.result if rep else "", costs=token_costs(rep))
 
 
 def render_html(results: Results, *, generated: dt.datetime | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["usd"] = fmt_usd
+    env.globals["empty_patch"] = EMPTY_PATCH
     runs = sort_runs(results.runs, "job")
     return env.get_template("report.html.j2").render(
         results=results, summary=results.summary, cards=[run_card(i, r) for i, r in enumerate(runs, 1)],

@@ -7,65 +7,23 @@ knows nothing about how a candidate is graded.
 
 from __future__ import annotations
 
-import json
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
-from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, Usage
+from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, ToolCall, Usage
 from agent.models.pricing import PriceTable, cost_usd
-from agent.task import Task
+from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
+                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted, signal_exit_code)
+from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
+from agent.task import Task
+from agent.util.files import append_jsonl
 
-
-SYSTEM_PROMPT = """\
-You are a performance engineer optimising code in a git repository. You work only through
-the tools you are given; every path is relative to the repository root.
-
-Task: {title}
-{prompt}
-
-Files to look at first: {focus}
-Protected (read-only; a patch touching them is rejected): {protected}
-
-How your work is judged, by `run_checks` and again after `submit`:
-- correctness: `{correctness}` must pass, and{poison} pass again with uninitialised memory
-  poisoned (torch.empty returns NaN / max-int), so a buffer read before it is written fails;
-- every line you change must be executed by those tests, or the result is "unverified";
-- performance: `{perf}` is run alternately on the baseline and on your change, and a speedup
-  counts only when its 95% confidence interval excludes 1.
-Make focused changes, run `run_checks`, then call `submit` with a summary of each change and
-why it is safe. Do not claim safety you have not checked.
-"""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised in the main thread so every `finally` on the way out runs.
-
-    A KeyboardInterrupt, not an Exception: a tool's or a check's `except Exception` must not
-    swallow it and carry on.
-    """
-
-    def __init__(self, signal_name: str = "SIGINT"):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-    @property
-    def exit_code(self) -> int:
-        return signal_exit_code(self.signal_name)
-
-
-def signal_exit_code(signal_name: str) -> int:
-    """The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
-    return 128 + int(getattr(signal, signal_name, signal.SIGINT))
-
-
-def interrupted_by(err: KeyboardInterrupt) -> str:
-    """The signal behind an interrupt: a plain Ctrl-C without our handler is SIGINT."""
-    return err.signal_name if isinstance(err, Interrupted) else "SIGINT"
+# Imported from here by the command line (agent.cli); they live in agent.run.exits.
+__all__ = ["Interrupted", "Limits", "Outcome", "Trajectory", "complete_by", "run_loop", "signal_exit_code"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +31,6 @@ class Limits:
     max_turns: int
     max_cost_usd: float
     timeout_s: float
-    retry_failed_submit: bool = True
 
     @classmethod
     def of(cls, task: Task, **overrides: Any) -> "Limits":
@@ -85,9 +42,9 @@ class Limits:
 
 @dataclass
 class Outcome:
-    """What the loop produced; report.py turns it into report.json."""
+    """What the loop produced; the runner turns it into report.json."""
 
-    subtype: str = "success"  # success | error_max_turns | error_max_budget | error_during_execution
+    subtype: str = "success"  # the RunExit's: success | error_max_turns | error_max_budget | error_during_execution
     result: str = ""
     num_turns: int = 0
     duration_s: float = 0.0
@@ -95,7 +52,6 @@ class Outcome:
     usage_by_model: dict[str, Usage] = field(default_factory=dict)
     cost_by_model: dict[str, float | None] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    submitted: bool = False
     interrupted: str | None = None  # the signal that stopped the run, e.g. "SIGTERM"
 
     @property
@@ -107,8 +63,15 @@ class Outcome:
     def is_error(self) -> bool:
         return self.subtype != "success"
 
-    def interrupt(self, signal_name: str) -> None:
-        self.subtype, self.result, self.interrupted = "error_during_execution", f"interrupted by {signal_name}", signal_name
+    @property
+    def submitted(self) -> bool:
+        """A submit whose final checks passed ended the run."""
+        return self.subtype == Submitted.subtype
+
+    def end(self, why: RunExit) -> None:
+        self.subtype, self.result = why.subtype, why.result
+        if isinstance(why, Interrupted):
+            self.interrupted = why.signal_name
 
 
 class Trajectory:
@@ -121,21 +84,8 @@ class Trajectory:
             path.write_text("")
 
     def add(self, kind: str, **data: Any) -> None:
-        if self.path is None:
-            return
-        line = json.dumps({"type": kind, "time": time.time(), **data}, default=str)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
-
-
-def system_prompt(task: Task) -> str:
-    s = task.spec
-    return SYSTEM_PROMPT.format(
-        title=s.title or s.id, prompt=s.prompt.strip(), focus=", ".join(s.focus) or "(none given)",
-        protected=", ".join(s.protected) or "(none)", correctness=s.correctness.command,
-        poison="" if s.correctness.poison else " (poison mode is off for this task, but still)",
-        perf=s.perf.command if s.perf else "(no perf check for this task)",
-    )
+        if self.path is not None:
+            append_jsonl(self.path, {"type": kind, "time": time.time(), **data})
 
 
 def run_loop(
@@ -165,8 +115,10 @@ def run_loop(
     try:
         _turns(model, tools, out, system, messages, deadline, limits=limits, prices=prices,
                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)
+    except RunEnded as e:
+        out.end(e)
     except KeyboardInterrupt as e:
-        out.interrupt(interrupted_by(e))
+        out.end(as_interrupted(e))
         trajectory.add("interrupted", turn=out.num_turns, signal=out.interrupted)
     out.duration_s = time.monotonic() - start
     trajectory.add("end", subtype=out.subtype, num_turns=out.num_turns, result=out.result)
@@ -175,53 +127,43 @@ def run_loop(
 
 def _turns(model: Model, tools: Toolbox, out: Outcome, system: str, messages: list[dict], deadline: float, *,
            limits: Limits, prices: PriceTable, grade_submission: Callable[[], tuple[bool, str]],
-           trajectory: Trajectory, on_event: Callable[[str, dict], None]) -> None:
-    """The turns themselves, filling `out`; returns when the run is over."""
+           trajectory: Trajectory, on_event: Callable[[str, dict], None]) -> NoReturn:
+    """The turns themselves, filling `out`'s figures; ends by raising the RunEnded that says why."""
     warned_unpriced: set[str] = set()
     idle = False  # the previous reply made no tool call
 
     while True:
         if out.num_turns >= limits.max_turns:
-            out.subtype, out.result = "error_max_turns", out.result or f"stopped after {limits.max_turns} turns without a passing submit"
-            break
+            raise MaxTurns(limits.max_turns)
         if time.monotonic() > deadline:
-            out.subtype, out.result = "error_during_execution", f"timed out after {limits.timeout_s:g}s"
-            break
+            raise TimedOut(limits.timeout_s)
         out.num_turns += 1
         on_event("turn", {"turn": out.num_turns})
         try:
             reply = complete_by(model, system, messages, tools.schemas, deadline)
         except ModelError as e:
-            out.subtype, out.result = "error_during_execution", f"model error: {e}"
             trajectory.add("error", turn=out.num_turns, error=str(e))
-            break
+            raise ModelFailed(e) from None
         if reply is None:
-            out.subtype = "error_during_execution"
-            out.result = f"timed out after {limits.timeout_s:g}s (the run's time limit) waiting for the model to reply"
-            trajectory.add("error", turn=out.num_turns, error=out.result)
-            break
+            timed_out = TimedOut(limits.timeout_s, waiting_for_model=True)
+            trajectory.add("error", turn=out.num_turns, error=timed_out.result)
+            raise timed_out
         _account(out, reply, prices, warned_unpriced)
         trajectory.add("response", turn=out.num_turns, **_reply_record(reply), cost_usd=out.total_cost_usd)
         on_event("usage", {"usage": sum(out.usage_by_model.values(), Usage()), "cost_usd": out.total_cost_usd})
         messages.append({"role": "assistant", "content": _assistant_blocks(reply)})
 
         if not reply.tool_calls:
-            out.result = reply.text or out.result
             if idle:  # nudged once already: the model is done talking
-                break
+                raise StoppedWithoutSubmitting(reply.text)
             idle = True
-            messages.append({"role": "user", "content": [{"type": "text", "text":
-                             "Use the tools to work on the task; call `submit` when you are done."}]})
+            messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
         else:
             idle = False
-            results, done = _run_tools(reply, tools, trajectory, out, grade_submission, limits, on_event)
-            messages.append({"role": "user", "content": results})
-            if done:
-                break
+            messages.append({"role": "user", "content": _run_tools(reply, tools, trajectory, out.num_turns,
+                                                                   grade_submission, on_event)})
         if limits.max_cost_usd and (out.total_cost_usd or 0) > limits.max_cost_usd:
-            out.subtype = "error_max_budget"
-            out.result = out.result or f"stopped: cost ${out.total_cost_usd:.4f} exceeded the budget of ${limits.max_cost_usd:g}"
-            break
+            raise OverBudget(out.total_cost_usd or 0.0, limits.max_cost_usd)
 
 
 def complete_by(model: Model, system: str, messages: list[dict], tools: list[dict], deadline: float) -> Reply | None:
@@ -249,37 +191,53 @@ def complete_by(model: Model, system: str, messages: list[dict], tools: list[dic
     return result[0]
 
 
-def _run_tools(reply: Reply, tools: Toolbox, trajectory: Trajectory, out: Outcome,
-               grade_submission: Callable[[], tuple[bool, str]], limits: Limits,
-               on_event: Callable[[str, dict], None]) -> tuple[list[dict], bool]:
-    results, done = [], False
-    for call in reply.tool_calls:
+def _run_tools(reply: Reply, tools: Toolbox, trajectory: Trajectory, turn: int,
+               grade_submission: Callable[[], tuple[bool, str]],
+               on_event: Callable[[str, dict], None]) -> list[dict]:
+    """The reply's tool calls in order, as tool_result blocks. A passing submit raises Submitted:
+    the calls after it in the same reply do not run, and the trajectory says so."""
+    results = []
+    for n, call in enumerate(reply.tool_calls):
         on_event("tool", {"name": call.name})
         t0 = time.monotonic()
         try:
-            if call.error:
-                content, is_error = f"could not parse the arguments of {call.name}: {call.error}", True
-            else:
-                res = tools.call(call.name, call.input, call.id)
-                content, is_error = res.content, res.is_error
-            if call.name == "submit" and not is_error and tools.submitted is not None:
-                out.result, out.submitted = tools.submitted, True
-                passed, summary = grade_submission()
-                content = f"submission checked:\n{summary}"
-                if passed or not limits.retry_failed_submit:
-                    done = True
-                else:
-                    content += "\nThe submission did not pass. Fix the problems above and submit again."
-                    is_error = True
+            block, passed = _run_tool(call, tools, grade_submission)
         except KeyboardInterrupt as e:  # the trajectory says which call the signal cut short
-            trajectory.add("tool_result", turn=out.num_turns, tool_use_id=call.id, name=call.name, input=call.input,
-                           content=f"interrupted by {interrupted_by(e)}", is_error=True,
-                           duration_s=round(time.monotonic() - t0, 3))
+            _record(trajectory, turn, call, as_interrupted(e).result, True, t0)
             raise
-        trajectory.add("tool_result", turn=out.num_turns, tool_use_id=call.id, name=call.name, input=call.input,
-                       content=content, is_error=is_error, duration_s=round(time.monotonic() - t0, 3))
-        results.append({"type": "tool_result", "tool_use_id": call.id, "content": content, "is_error": is_error})
-    return results, done
+        _record(trajectory, turn, call, block["content"], block["is_error"], t0)
+        if passed:
+            for later in reply.tool_calls[n + 1:]:
+                _record(trajectory, turn, later, "not run: a submission before it passed and ended the run", True,
+                        time.monotonic(), not_run=True)
+            raise Submitted(tools.submitted or "")
+        results.append(block)
+    return results
+
+
+def _run_tool(call: ToolCall, tools: Toolbox, grade_submission: Callable[[], tuple[bool, str]]) -> tuple[dict, bool]:
+    """One call as a neutral tool_result block, and whether it was a submit that passed the checks."""
+    if call.error:
+        return _block(call, f"could not parse the arguments of {call.name}: {call.error}", True), False
+    res = tools.call(call.name, call.input, call.id)
+    if call.name != "submit" or res.is_error or tools.submitted is None:
+        block = _block(call, res.content, res.is_error)
+        return ({**block, "data": res.data} if res.data is not None else block), False
+    passed, summary = grade_submission()
+    if passed:
+        return _block(call, f"submission checked:\n{summary}", False), True
+    return _block(call, f"submission checked:\n{summary}\n"
+                  "The submission did not pass. Fix the problems above and submit again.", True), False
+
+
+def _block(call: ToolCall, content: str, is_error: bool) -> dict:
+    return {"type": "tool_result", "tool_use_id": call.id, "content": content, "is_error": is_error}
+
+
+def _record(trajectory: Trajectory, turn: int, call: ToolCall, content: str, is_error: bool, t0: float,
+            **extra: Any) -> None:
+    trajectory.add("tool_result", turn=turn, tool_use_id=call.id, name=call.name, input=call.input, content=content,
+                   is_error=is_error, duration_s=round(time.monotonic() - t0, 3), **extra)
 
 
 def _account(out: Outcome, reply: Reply, prices: PriceTable, warned: set[str]) -> None:

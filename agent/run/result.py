@@ -69,8 +69,6 @@ class TokenUsage(BaseModel):
 class ModelUsage(BaseModel):
     """One `modelUsage` entry: a model's tokens and what they cost (None: no known price)."""
 
-    model_config = ConfigDict(extra="allow")
-
     inputTokens: int = 0
     outputTokens: int = 0
     cacheReadInputTokens: int = 0

@@ -1,8 +1,10 @@
-"""One run: a task, a model, one sample. Workspace -> loop -> final checks -> the three outputs.
+"""One run: a task, a model, one sample. Workspace -> loop -> final checks -> the outputs.
 
 The best passing candidate is what gets emitted, not merely the last state: a model that
-breaks a good change after checking it should not lose that change. An interrupted run
-(SIGINT, SIGTERM) still writes its report and that best candidate, and grades nothing new.
+breaks a good change after checking it should not lose that change. model_patch.diff only
+ever holds a change that passed the checks and that the agent did not take back; a change
+that never passed goes to rejected.diff beside it, for reading. An interrupted run (SIGINT,
+SIGTERM) still writes its report and that best candidate, and grades nothing new.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.checks import Checker, Evaluation, summarize
-from agent.run.loop import Limits, Outcome, Trajectory, interrupted_by, run_loop
-from agent.models import make_model
+from agent.env.sandbox import isolation
+from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
+from agent.run.exits import as_interrupted
+from agent.run.loop import Limits, Outcome, Trajectory, run_loop
+from agent.run.model_spec import make_model
 from agent.run.names import check_job, check_run_id
 from agent.run.result import ModelUsage, PermissionDenial, Report, TokenUsage, new_report
-from agent.env.sandbox import isolation
+from agent.run.tools import Toolbox, ToolResult
 from agent.task import Task
-from agent.run.tools import Toolbox
-from agent.env.workspace import Workspace
 from agent.util.files import atomic_write, write_json
 
 
@@ -35,13 +38,15 @@ class RunPaths:
     trajectory: Path
     checks: Path
     patch: Path
+    rejected: Path  # the change that did not pass, when nothing was emitted
 
     @classmethod
     def of(cls, out_dir: Path, run_id: str, job: str) -> "RunPaths":
         """The outputs of a job; BadName for a run id or job that could lead outside `out_dir`."""
         res = out_dir / "results" / check_run_id(run_id) / check_job(job)
+        patches = out_dir / "patches" / run_id / job
         return cls(res / "report.json", res / "trajectory.jsonl", res / "checks.json",
-                   out_dir / "patches" / run_id / job / "model_patch.diff")
+                   patches / "model_patch.diff", patches / "rejected.diff")
 
 
 @dataclass
@@ -59,6 +64,23 @@ class Candidates:
 
     def full_for(self, diff: str) -> Evaluation | None:
         return next((ev for d, ev, full in reversed(self.seen) if full and d == diff), None)
+
+
+@dataclass
+class Emission:
+    """What a run leaves: the patch it emits, the change it rejected (at most one is non-empty), and
+    the evaluation report.json carries."""
+
+    patch: str
+    rejected: str
+    evaluation: Evaluation
+
+    def write(self, paths: RunPaths) -> None:
+        atomic_write(paths.patch, self.patch)
+        if self.rejected:
+            atomic_write(paths.rejected, self.rejected)
+        else:
+            paths.rejected.unlink(missing_ok=True)  # a stale one from an earlier attempt of the job
 
 
 @dataclass
@@ -109,8 +131,9 @@ def run_task(
         write_json(paths.checks, checks_log)
         return ev
 
-    def run_checks_tool(perf: bool) -> str:
-        return summarize(grade(full=False, perf=perf))
+    def run_checks_tool(perf: bool) -> ToolResult:
+        ev = grade(full=False, perf=perf)
+        return ToolResult(summarize(ev), data={"evaluation": ev.model_dump(mode="json")})
 
     def grade_submission() -> tuple[bool, str]:
         try:
@@ -129,20 +152,19 @@ def run_task(
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)
             if outcome.interrupted is None:
-                final_diff, evaluation = _final(ws, candidates, checker, outcome, on_event)
+                emission = _final(ws, candidates, checker, outcome, on_event)
         except KeyboardInterrupt as e:  # before the loop, or during the final evaluation
-            outcome.interrupt(interrupted_by(e))
+            outcome.end(as_interrupted(e))
             outcome.duration_s = time.monotonic() - start
             (trajectory or Trajectory(paths.trajectory)).add("interrupted", turn=outcome.num_turns,
                                                              signal=outcome.interrupted)
         if outcome.interrupted is not None:
-            final_diff, evaluation = _salvage(candidates, outcome.interrupted)
+            emission = _salvage(candidates, outcome.interrupted)
         outcome.warnings += unsealed
-        if evaluation is not None:
-            evaluation["warnings"] = outcome.warnings
-        report = report_of(outcome, session_id=session_id, evaluation=evaluation,
+        emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
+        report = report_of(outcome, session_id=session_id, evaluation=emission.evaluation,
                            permission_denials=tools.denials if tools else [])
-        atomic_write(paths.patch, final_diff)
+        emission.write(paths)
         report.write(paths.report)
     finally:
         try:
@@ -153,9 +175,9 @@ def run_task(
     return RunResult(report, paths, outcome)
 
 
-def report_of(outcome: Outcome, *, session_id: str, evaluation: dict[str, Any] | None,
+def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dict[str, Any] | None,
               permission_denials: list[dict[str, Any]]) -> Report:
-    """report.json's content for what the loop produced."""
+    """report.json's content for what the loop produced (an evaluation as a dict is validated)."""
     return new_report(
         subtype=outcome.subtype, is_error=outcome.is_error, duration_ms=round(outcome.duration_s * 1000),
         duration_api_ms=round(outcome.api_duration_s * 1000), num_turns=outcome.num_turns, result=outcome.result,
@@ -172,33 +194,38 @@ def isolation_warnings() -> list[str]:
     return [f"not isolated ({iso.mode} sandbox): {aspect}" for aspect in iso.missing]
 
 
-def _salvage(candidates: Candidates, signal_name: str) -> tuple[str, dict[str, Any]]:
+def _salvage(candidates: Candidates, signal_name: str) -> Emission:
     """What an interrupted run emits, grading nothing new: the best passing candidate with the
     evaluation it already has, else nothing (an unchecked change is never emitted)."""
     best = candidates.best_passing()
     if best is None:
-        return "", {"verdict": "no-change", "note": f"interrupted by {signal_name} before any candidate passed"}
+        return Emission("", "", Evaluation(verdict="no-change",
+                                           note=f"interrupted by {signal_name} before any candidate passed"))
     diff, ev, full = best
-    data = ev.model_dump(mode="json")
-    data["emitted"] = f"best passing candidate ({'full' if full else 'quick'} evaluation; interrupted by {signal_name})"
-    return diff, data
+    how = f"{'full' if full else 'quick'} evaluation; interrupted by {signal_name}"
+    return Emission(diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}))
 
 
 def _final(ws: Workspace, candidates: Candidates, checker: Checker, outcome: Outcome,
-           on_event: Callable[[str, dict], None]) -> tuple[str, dict[str, Any] | None]:
-    """The emitted patch and its full evaluation: the best passing candidate, else the last state."""
+           on_event: Callable[[str, dict], None]) -> Emission:
+    """The best passing candidate with its full evaluation; nothing when the agent ended with no
+    change; when none passed (or the best failed its full evaluation), the change goes to rejected.diff."""
+    last = ws.diff()
+    if not last.strip():
+        tried = any(diff.strip() for diff, _, _ in candidates.seen)
+        return Emission("", "", Evaluation(verdict="no-change", note="the agent took back every change it made"
+                                           if tried else "the agent made no change"))
     best = candidates.best_passing()
-    diff = best[0] if best else ws.diff()
-    if not diff.strip():
-        return "", {"verdict": "no-change", "note": "the agent made no change"}
+    diff = best[0] if best else last
     ev = candidates.full_for(diff)
     if ev is None:
         on_event("checks", {"full": True})
         try:
             ev = checker.evaluate(diff, quick=False, reference=True)
-        except Exception as e:  # noqa: BLE001 — the patch is still written; the report says why
+        except Exception as e:  # noqa: BLE001 — the report says why; nothing unchecked is emitted
             outcome.warnings.append(f"final evaluation failed: {type(e).__name__}: {e}")
-            return diff, {"verdict": "error", "error": f"{type(e).__name__}: {e}"}
-    data = ev.model_dump(mode="json")
-    data["emitted"] = "best passing candidate" if best else "final state (no candidate passed)"
-    return diff, data
+            ev = Evaluation(verdict="error", error=f"{type(e).__name__}: {e}")
+    if ev.verdict == "pass":
+        return Emission(diff, "", ev.model_copy(update={"emitted": "best passing candidate"}))
+    why = "the best candidate failed its full evaluation" if best else "no candidate passed the checks"
+    return Emission("", diff, ev.model_copy(update={"emitted": f"nothing: {why}; the change is in rejected.diff"}))

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.env.sandbox import run_command
-from agent.env.workspace import Workspace, matches_any
+from agent.env.workspace import Workspace
+from agent.util.globs import matches_any
 
 MAX_TOOL_OUTPUT = 20_000
 MAX_LIST = 500
@@ -30,7 +31,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     },
     {
         "name": "read_file",
-        "description": "Read a file with numbered lines; optionally only lines start..end (1-based, inclusive).",
+        "description": "Read a file with numbered lines; optionally only lines start..end (1-based, inclusive). "
+                       "Long output stops at a whole line and says which start to read on from.",
         "input_schema": {"type": "object", "properties": {
             "path": {"type": "string"}, "start": {"type": "integer"}, "end": {"type": "integer"}},
             "required": ["path"]},
@@ -82,18 +84,16 @@ _TYPES = {"string": str, "integer": int, "boolean": bool}
 
 @dataclass(frozen=True)
 class ToolResult:
+    """What a tool gives back: `content` for the model; `data` for a program reading the
+    conversation (the rules policy reads run_checks' evaluation there), never sent to an API."""
+
     content: str
     is_error: bool = False
+    data: dict[str, Any] | None = None
 
 
 class ToolFailure(Exception):
     """Raised by a handler; becomes an error result the model can read."""
-
-
-def _cut(text: str, limit: int = MAX_TOOL_OUTPUT) -> str:
-    if len(text) <= limit:
-        return text
-    return text[: limit // 2] + f"\n[... {len(text) - limit} characters cut ...]\n" + text[-limit // 2:]
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Toolbox:
 
     workspace: Workspace
     protected: list[str] = field(default_factory=list)
-    run_checks: Callable[[bool], str] | None = None  # perf -> summary
+    run_checks: Callable[[bool], ToolResult] | None = None  # perf -> summary (+ the evaluation as data)
     command_timeout_s: float = 300
     denials: list[dict[str, Any]] = field(default_factory=list)
     submitted: str | None = None
@@ -117,7 +117,8 @@ class Toolbox:
             return ToolResult(f"unknown tool {name!r}; available: {', '.join(TOOL_NAMES)}", True)
         try:
             args = _validate(schema, args)
-            return ToolResult(getattr(self, f"_{name}")(**args))
+            result = getattr(self, f"_{name}")(**args)
+            return result if isinstance(result, ToolResult) else ToolResult(result)
         except ToolFailure as e:
             if getattr(e, "denied", False):
                 self.denials.append({"tool_name": name, "tool_use_id": call_id, "tool_input": args, "reason": str(e)})
@@ -169,17 +170,30 @@ class Toolbox:
         return "\n".join(files[:MAX_LIST]) + more if files else "(no files)"
 
     def _read_file(self, path: str, start: int | None = None, end: int | None = None) -> str:
+        """Whole numbered lines from `start`, up to `end` or MAX_TOOL_OUTPUT characters; when the cap
+        stops it early, a last line says where to read on (nothing is ever cut from the middle)."""
         target = self._resolve(path)
         if not target.is_file():
             raise ToolFailure(f"no such file: {path}")
         lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        if not lines:
+            return "(empty file)"
         lo = max(1, start or 1)
         hi = min(len(lines), end or len(lines))
-        if lo > max(hi, 1) and lines:
+        if lo > hi:
             raise ToolFailure(f"start {lo} is past the end of {path} ({len(lines)} lines)")
         width = len(str(hi))
-        body = "\n".join(f"{i:>{width}}  {lines[i - 1]}" for i in range(lo, hi + 1))
-        return _cut(body) if body else "(empty file)"
+        page: list[str] = []
+        size = 0
+        for i in range(lo, hi + 1):
+            line = f"{i:>{width}}  {lines[i - 1]}"
+            if page and size + len(line) + 1 > MAX_TOOL_OUTPUT:
+                page.append(f"[{path} has {len(lines)} lines; shown {lo}-{i - 1}: "
+                            f"call read_file with start={i} to continue]")
+                break
+            page.append(line[:MAX_TOOL_OUTPUT])  # only a single line longer than the cap is shortened
+            size += len(line) + 1
+        return "\n".join(page)
 
     def _grep(self, pattern: str, path: str = ".") -> str:
         try:
@@ -227,7 +241,7 @@ class Toolbox:
         status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         return f"[{status}, {res.duration_s:.1f}s]\n{res.output}"
 
-    def _run_checks(self, perf: bool = True) -> str:
+    def _run_checks(self, perf: bool = True) -> ToolResult:
         if self.run_checks is None:
             raise ToolFailure("run_checks is not available in this run")
         return self.run_checks(perf)

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.driver import (BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch,
-                         run_flags)
-from agent.batch.ledger import JobRecord, Ledger, Tokens, commands_seconds, is_retryable
+from agent.batch.driver import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
+from agent.batch.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor, job_request
+from agent.batch.ledger import JobRecord, Ledger, commands_seconds, is_retryable
 from agent.batch.summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
                                  summarize_run, summary_markdown, summary_tables)
-from agent.cli import main
-from agent.batch.executors import GpuPool, LaunchConfig, LocalExecutor
+from agent.cli import build_parser, main
+from agent.models.base import Usage
+from agent.options import options_from_args
+from agent.run.result import Report
 from helpers import make_repo
 
 # -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
@@ -140,7 +142,7 @@ def test_opt_at_k_follows_gso():
 def test_summarize_counts_rates_and_spend():
     recs = [
         rec("a", "m1", 0, speedup=2.0, ref=2.0, has_ref=True, perf_verdict="faster", cost_usd=0.5,
-            tokens=Tokens(input=100, output=10), wall_s=10, model_s=4, commands_s=5),
+            tokens=Usage(input_tokens=100, output_tokens=10), wall_s=10, model_s=4, commands_s=5),
         rec("a", "m1", 1, verdict="fail", cost_usd=None, wall_s=3),
         rec("b", "m1", 0, speedup=8.0, perf_verdict="faster", cost_usd=0.25, wall_s=2),
         rec("b", "m1", 1, status="failed", verdict=None, reason="no report"),
@@ -158,7 +160,7 @@ def test_summarize_counts_rates_and_spend():
     assert row.opt is True and row.best_speedup == 2.0 and row.correct == 1
     assert next(t for t in s.tasks if t.task == "g").statuses == {"skipped": 1}
     again = BatchSummary.model_validate_json(s.to_json())
-    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/1"
+    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/2"
     assert "| m1 | 4 | 2 (50%)" in summary_markdown(s) and len(summary_tables(s)) == 3
 
 
@@ -195,18 +197,26 @@ def test_ledger_append_and_torn_line(tmp_path):
 
 
 def test_only_a_providers_api_error_is_a_failed_job():
-    api_down = {"subtype": "error_during_execution", "result": "model error: overloaded", "modelUsage": {}}
+    api_down = Report(subtype="error_during_execution", result="model error: overloaded", modelUsage={})
     assert is_retryable(api_down) == "model error: overloaded"
-    replay_ran_out = {**api_down, "modelUsage": {"replay": {}}}  # deterministic: retrying changes nothing
+    replay_ran_out = api_down.model_copy(update={"modelUsage": {"replay": {}}})  # deterministic: retrying changes nothing
     assert is_retryable(replay_ran_out) is None
-    assert is_retryable({"subtype": "error_max_turns", "result": "stopped"}) is None
-    interrupted = {"subtype": "error_during_execution", "result": "interrupted by SIGTERM", "modelUsage": {"replay": {}}}
+    assert is_retryable(Report(subtype="error_max_turns", result="stopped")) is None
+    interrupted = Report(subtype="error_during_execution", result="interrupted by SIGTERM", modelUsage={"replay": {}})
     assert is_retryable(interrupted) == "interrupted by SIGTERM"  # not the agent's doing: run it again
 
 
+def job_options(*flags: str):
+    """The run options a job of `perfagent batch SET <flags>` runs with."""
+    opts = options_from_args(build_parser().parse_args(["batch", "tasks", *flags]))
+    spec = JobSpec(key="t/rules/s0", task="t", task_file="/t.toml", model="rules", model_arg="rules", sample=0)
+    return job_request(spec, LaunchConfig(run_id="r", out_dir="/out", cwd="/", options=opts)).options
+
+
 def test_run_flags_pass_allow_unsandboxed_to_every_job():
-    assert run_flags(timeout=3, allow_unsandboxed=True) == ("--timeout", "3", "--allow-unsandboxed")
-    assert "--allow-unsandboxed" not in run_flags(stream=True)
+    opts = job_options("--timeout", "3", "--allow-unsandboxed")
+    assert (opts.timeout_s, opts.allow_unsandboxed) == (3, True)
+    assert not job_options("--stream").allow_unsandboxed
 
 
 def test_commands_time_counts_each_grading_once(tmp_path):
@@ -215,7 +225,7 @@ def test_commands_time_counts_each_grading_once(tmp_path):
                                                       {"full": True, "evaluation": graded}]))
     run = {"type": "tool_result", "name": "run", "duration_s": 1.5}
     (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")
-    report = {"evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
+    report = {"type": "result", "evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
     (tmp_path / "report.json").write_text(json.dumps(report))
     assert commands_seconds(tmp_path) == 8.5  # the final evaluation is the logged full one
     report["evaluation"]["duration_s"] = 30.0  # made after the loop: not in checks.json
@@ -279,10 +289,10 @@ def test_summarize_run_without_ledger(tmp_path):
     for k, verdict in enumerate(["pass", "fail"]):
         d = run_dir / "t1" / "anthropic-claude-sonnet-4-5" / f"s{k}"
         d.mkdir(parents=True)
+        perf = {"metric": "ms", "direction": "lower", "ratio": 1 / 1.5, "verdict": "faster"}
         (d / "report.json").write_text(json.dumps({
-            "subtype": "success", "total_cost_usd": 0.1, "duration_ms": 2000, "duration_api_ms": 500,
-            "usage": {"input_tokens": 10, "output_tokens": 5},
-            "evaluation": {"verdict": verdict, "speedup": 1.5, "perf": {"verdict": "faster"}}}))
+            "type": "result", "subtype": "success", "total_cost_usd": 0.1, "duration_ms": 2000, "duration_api_ms": 500,
+            "usage": {"input_tokens": 10, "output_tokens": 5}, "evaluation": {"verdict": verdict, "perf": perf}}))
     s = summarize_run(run_dir)
     (m,) = s.models
     assert m.model == "anthropic-claude-sonnet-4-5" and m.jobs == 2 and m.correct == 1 and m.faster == 1

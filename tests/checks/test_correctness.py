@@ -252,7 +252,7 @@ def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_pat
                                                           "if 'pytest' in sys.modules:\n    torch.empty = torch.zeros\n")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
         ev = c.evaluate(patch, perf=False)
-    assert ev.correctness.passed and ev.verdict == "suspicious"
+    assert ev.correctness.plain.passed and not ev.correctness.poison_enabled and ev.verdict == "suspicious"
     reasons = " ".join(f.reason for f in ev.integrity.flags)
     assert "pytest" in reasons and "torch" in reasons
     assert "integrity" in evaluation_table_text(ev)

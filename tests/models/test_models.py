@@ -11,19 +11,12 @@ import time
 import pytest
 
 from agent.models.pricing import load_prices
-from agent.models import DEFAULT_ANTHROPIC_MODEL, Model, ModelError, Usage, make_model
+from agent.models import DEFAULT_ANTHROPIC_MODEL, Model, ModelError, Usage
+from agent.run.model_spec import make_model
 from agent.models.anthropic import MAX_CACHE_BREAKPOINTS, usage_from_api, with_cache_breakpoints
-from agent.models.openai import from_openai_messages, to_openai_messages
-from fakeserver import (  # noqa: F401 (fake_server is a fixture)
-    Fail,
-    auth_error,
-    fake_server,
-    not_found,
-    overloaded,
-    rate_limited,
-    reply,
-    tool_call,
-)
+from agent.models.openai import TOOL_ERROR_PREFIX, parse_arguments, to_openai_messages
+from fakeserver import Fail, auth_error, not_found, overloaded, rate_limited, reply, tool_call
+
 
 SYSTEM = "You optimize code."
 TOOLS = [
@@ -69,6 +62,43 @@ def claude(server, stream=False, **kw) -> Model:
 
 def local(server, stream=False, **kw) -> Model:
     return make_model("openai:qwen-test", base_url=server.openai_url, stream=stream, **kw)
+
+
+def from_openai_messages(messages: list[dict]) -> tuple[str, list[dict]]:
+    """Chat-completions messages -> (system, neutral messages): the inverse of to_openai_messages, to test it."""
+    system: list[str] = []
+    out: list[dict] = []
+
+    def user_blocks() -> list[dict]:
+        if not out or out[-1]["role"] != "user":
+            out.append({"role": "user", "content": []})
+        return out[-1]["content"]
+
+    for msg in messages:
+        role, content = msg.get("role"), msg.get("content")
+        if role in ("system", "developer"):
+            system.append(content or "")
+        elif role == "tool":
+            text = content or ""
+            is_error = text.startswith(TOOL_ERROR_PREFIX)
+            user_blocks().append({
+                "type": "tool_result",
+                "tool_use_id": msg.get("tool_call_id", ""),
+                "content": text[len(TOOL_ERROR_PREFIX):] if is_error else text,
+                "is_error": is_error,
+            })
+        elif role == "user":
+            if isinstance(content, list):  # multi-part content: keep the text parts
+                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            user_blocks().append({"type": "text", "text": content or ""})
+        elif role == "assistant":
+            blocks: list[dict] = [{"type": "text", "text": content}] if content else []
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                args, _ = parse_arguments(fn.get("name", ""), fn.get("arguments"))
+                blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": fn.get("name", ""), "input": args})
+            out.append({"role": "assistant", "content": blocks})
+    return "\n\n".join(system), out
 
 
 def breakpoints(body: dict) -> list[str]:
@@ -182,6 +212,19 @@ def test_cache_breakpoints_never_exceed_four():
     req = with_cache_breakpoints("", [{"role": "user", "content": "hi"}], [])
     assert req.params("m", 1) == {"model": "m", "max_tokens": 1, "messages": [
         {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]}
+
+
+@pytest.mark.parametrize("make", [claude, local], ids=["anthropic", "openai"])
+def test_a_tool_results_local_data_is_never_sent(fake_server, make):
+    """run_checks' evaluation rides in the tool_result block for the rules policy; no API sees it."""
+    fake_server.script([reply("ok")])
+    with_data = copy.deepcopy(CONVERSATION)
+    with_data[2]["content"][0]["data"] = {"evaluation": {"verdict": "pass", "secret_marker": 1}}
+    before = copy.deepcopy(with_data)
+    make(fake_server).complete(SYSTEM, with_data, TOOLS)
+    body = json.dumps(fake_server.requests[0].body)
+    assert "secret_marker" not in body and '"data"' not in body and "x = 1" in body
+    assert with_data == before  # the caller's conversation keeps its data
 
 
 def test_usage_mapping_falls_back_to_5m_writes():

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from agent.checks import CommandRun, Correctness, Evaluation, PerfResult
 from agent.models.pricing import load_prices
-from agent.policies.rules import parse_checks
+from agent.policies.rules import ToolOutput, check_verdict
 from agent.run.runner import run_task
 from agent.task import load_task
 from helpers import make_repo
@@ -95,12 +96,33 @@ max_turns = 40
 '''
 
 
-def test_parse_checks_reads_the_summary():
-    v = parse_checks("verdict: fail\ntests: pass (1.0s)\ntests with poisoned memory: FAIL (exit 1; failing: "
-                     "tests/t.py::test_replay[draft_topk2-bs3], tests/t.py::b)\nperf: faster: init_ms 1 -> 0.5")
+def checks_result(ev: Evaluation, text: str = "verdict: (the policy does not read this text)") -> ToolOutput:
+    """A run_checks result as the loop hands it to the policy."""
+    return ToolOutput(text, False, {"evaluation": ev.model_dump(mode="json")})
+
+
+def test_check_verdict_reads_the_evaluation():
+    plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=1.0)
+    poison = CommandRun(name="poison", command="pytest", exit_code=1, passed=False, duration_s=1.0,
+                        failing_tests=["tests/t.py::test_replay[draft_topk2-bs3]", "tests/t.py::b"])
+    faster = PerfResult(metric="init_ms", direction="lower", baseline_median=1, candidate_median=0.5, ratio=0.5,
+                        ci_low=0.4, ci_high=0.6, p_value=0.01, verdict="faster")
+    v = check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=poison),
+                                               perf=faster)))
     assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]" and v.faster
-    v = parse_checks("verdict: pass\ntests: pass\nperf: no significant change: x")
-    assert v.passed and not v.faster and v.perf_line == "no significant change: x"
+    same = faster.model_copy(update={"metric": "x", "verdict": "no significant change", "ratio": 1.0})
+    v = check_verdict(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=same)))
+    assert v.passed and not v.faster and v.perf_line.startswith("no significant change: x")
+
+
+def test_check_verdict_names_the_failing_mode_without_a_test_id():
+    plain = CommandRun(name="plain", command="pytest", exit_code=2, passed=False, duration_s=1.0)
+    assert check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain)))).failure \
+        == "tests fail (exit 2)"
+    uncovered = Evaluation(verdict="unverified", reasons=["changed lines no test executed: a.py:3"])
+    assert check_verdict(checks_result(uncovered)).failure == "changed lines no test executed: a.py:3"
+    # the text alone is never parsed: a summary claiming a pass without an evaluation is not a pass
+    assert not check_verdict(ToolOutput("verdict: pass", True)).passed
 
 
 @pytest.mark.slow
@@ -109,7 +131,8 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
                                  "bench.py": BENCH})
     (tmp_path / "task.toml").write_text(TASK)
     task = load_task(tmp_path / "task.toml")
-    result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r1", prices=load_prices())
+    result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r1", prices=load_prices(),
+                      lock_dir=tmp_path / "locks")
     report = result.report.to_dict()
     assert report["subtype"] == "success" and report["total_cost_usd"] == 0.0
     patch = result.paths.patch.read_text()

@@ -4,15 +4,15 @@ perfagent, played as that agent would — a `replay:` trajectory whose tool call
 
 | module                       | attacks                                                                  |
 |------------------------------|--------------------------------------------------------------------------|
-| tests/test_redteam_git.py     | fsmonitor, clean/smudge filter, textconv, hooksPath, .git/hooks,         |
+| redteam/test_redteam_git.py     | fsmonitor, clean/smudge filter, textconv, hooksPath, .git/hooks,         |
 |                              |   `git config --global`, a hostile ~/.gitconfig, writing the ws's .git   |
-| tests/test_redteam_sandbox.py | ~/.ssh, /proc (pids, environ), network + nsenter, writes outside the     |
+| redteam/test_redteam_sandbox.py | ~/.ssh, /proc (pids, environ), network + nsenter, writes outside the     |
 |                              |   workspace (checkout, HOME, --out, results, baseline), the same from    |
 |                              |   the tests and bench, 2 GiB of output                                   |
-| tests/test_redteam_tools.py   | hardlinks, grep through symlinks, a symlink swap race                    |
-| tests/test_redteam_run.py     | killing the harness (KILL, TERM), daemons that outlive a call and        |
+| redteam/test_redteam_tools.py   | hardlinks, grep through symlinks, a symlink swap race                    |
+| redteam/test_redteam_run.py     | killing the harness (KILL, TERM), daemons that outlive a call and        |
 |                              |   rewrite report.json, `--run-id ../escape`                              |
-| tests/test_redteam_hacks.py   | pytest config in every form, conftest, shadow pytest.py, sitecustomize,  |
+| redteam/test_redteam_hacks.py   | pytest config in every form, conftest, shadow pytest.py, sitecustomize,  |
 |                              |   .pth, pytest detection, torch monkeypatching, forged metric lines,     |
 |                              |   a .pth planted in the venv, a slowed baseline                          |
 

@@ -118,6 +118,15 @@ def test_self_contained_no_script_highlighted_and_escaped(tmp_path):
     assert html.count("<svg") == 3 and 'class="gd"' in html and 'class="gi"' in html  # charts; - and + lines
 
 
+def test_a_rejected_change_is_labelled_not_emitted(batch):
+    _, _, html = batch
+    card = html.split('data-key="rope-cache/', 1)[1].split("</article>", 1)[0]
+    assert card.count("<details") == card.count('<details class="rejected">') + card.count('<details class="final">') \
+        + card.count('<details class="cost">')  # the emitted patch is empty: no diff to open, only the rejected one
+    assert "empty diff: no change was emitted" in card and "rejected change (not emitted): " in card
+    assert "rejected.diff" in card and 'class="gi"' in card  # the failing state, highlighted
+
+
 def test_cli_report(tmp_path, capsys):
     run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", "rules", 0)])
     out = tmp_path / "r.html"
@@ -158,7 +167,8 @@ def test_report_in_headless_chromium(batch, tmp_path):
         assert all(e.is_displayed() for e in models + runs)
         charts = driver.find_elements(By.CSS_SELECTOR, "#charts svg")
         assert len(charts) == 3 and all(c.size["width"] > 300 and c.size["height"] > 150 for c in charts)
-        top, chart_shot, run_shot = (tmp_path / f"report-{n}.png" for n in ("top", "charts", "run"))
+        top, chart_shot, run_shot, rejected_shot = (tmp_path / f"report-{n}.png"
+                                                    for n in ("top", "charts", "run", "rejected"))
         driver.save_screenshot(str(top))
         driver.execute_script("document.getElementById('charts').scrollIntoView()")
         driver.save_screenshot(str(chart_shot))
@@ -180,7 +190,19 @@ def test_report_in_headless_chromium(batch, tmp_path):
         driver.save_screenshot(str(run_shot))
         problems = driver.find_element(By.ID, "problems")
         assert problems.is_displayed() and "report.json missing" in problems.text
+
+        card = driver.find_element(By.CSS_SELECTOR, 'article[data-key^="rope-cache/"]')
+        rejected = card.find_element(By.CSS_SELECTOR, "details.rejected")
+        assert not card.find_elements(By.CSS_SELECTOR, "details.diff")  # nothing emitted
+        title = rejected.find_element(By.TAG_NAME, "summary")
+        assert title.text.startswith("rejected change (not emitted): ") and title.text.endswith("rejected.diff")
+        assert title.value_of_css_property("color") != card.find_element(By.CSS_SELECTOR, "p.meta") \
+            .value_of_css_property("color")  # set apart from the emitted diff's plain summary
+        driver.execute_script("arguments[0].scrollIntoView()", card)
+        title.click()
+        assert "torch.empty(max_bs" in rejected.find_element(By.CSS_SELECTOR, ".hl").text
+        driver.save_screenshot(str(rejected_shot))
     finally:
         driver.quit()
-    assert all(p.stat().st_size > 10_000 for p in (top, chart_shot, run_shot))
-    print(f"\nscreenshots: {top} {chart_shot} {run_shot}")
+    assert all(p.stat().st_size > 10_000 for p in (top, chart_shot, run_shot, rejected_shot))
+    print(f"\nscreenshots: {top} {chart_shot} {run_shot} {rejected_shot}")

@@ -17,9 +17,14 @@ from rich.console import Console
 
 from agent.batch.driver import model_slug
 from agent.batch.ledger import JobRecord, Ledger
+from agent.batch.plan import Plan, PlannedJob
+from agent.checks.evaluation import PerfResult
 from agent.cli import main
-from agent.review.load import (Results, compare_results, load_results, render_compare, render_review, sample_plot,
-                               sort_runs, token_costs)
+from agent.review.compare import compare_results, render_compare
+from agent.review.load import Results, load_results
+from agent.review.rows import sample_plot, sort_runs, token_costs
+from agent.review.terminal import render_review
+from agent.run.result import ModelUsage, Report
 from helpers import SONNET, Job, default_jobs, make_batch, write_job
 
 def text_of(results: Results, **kw) -> str:
@@ -142,12 +147,23 @@ def test_single_run_folder(tmp_path):
     assert [r.key for r in load_results(run_dir / "cuda-graph-buffers").runs] == ["cuda-graph-buffers"]
 
 
+def test_a_rejected_change_is_shown_as_not_emitted(tmp_path):
+    run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", SONNET, 0, verdict="fail", rejected=True)])
+    run = load_results(run_dir).runs[0]
+    assert [(p.path.name, p.rejected) for p in run.patches] == [("model_patch.diff", False), ("rejected.diff", True)]
+    text = text_of(load_results(run_dir), task="t")
+    emitted, rejected = text.split("rejected change (not emitted): ", 1)
+    assert "empty diff" in emitted and "torch.empty(max_bs" not in emitted  # nothing emitted...
+    assert rejected.startswith(str(tmp_path / "patches")) and "rejected.diff" in rejected  # ...the failing state is
+    assert "torch.empty(max_bs" in rejected and "FAIL" in text  # labelled, shown, and its checks say why
+
+
 def test_failed_and_pending_jobs(tmp_path):
     run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", "rules", 0)])
     Ledger(run_dir).append(JobRecord(key="t/rules/s1", task="t", model="rules", sample=1, status="failed",
                                      reason="job process exited 1 without a report"))
-    (run_dir / "batch.json").write_text(json.dumps({"jobs": [{"key": f"t/rules/s{k}", "model": "rules"}
-                                                            for k in range(3)]}))
+    Plan(jobs=[PlannedJob(key=f"t/rules/s{k}", task="t", model="rules", sample=k) for k in range(3)]).write(
+        run_dir / "batch.json")
     res = load_results(run_dir)
     verdicts = {r.key: r.verdict for r in res.runs}
     assert verdicts == {"t/rules/s0": "pass", "t/rules/s1": "failed", "t/rules/s2": "pending"}
@@ -156,23 +172,25 @@ def test_failed_and_pending_jobs(tmp_path):
 
 # -- pieces --------------------------------------------------------------------------------------------
 def test_sample_plot_separates_clouds():
-    perf = {"baseline_samples": [10, 10.1, 9.9, 10.2], "candidate_samples": [5, 5.1, 4.9, 5.05], "unit": "ms"}
+    perf = PerfResult(metric="m", direction="lower", baseline_samples=[10, 10.1, 9.9, 10.2],
+                      candidate_samples=[5, 5.1, 4.9, 5.05], unit="ms")
     lines = sample_plot(perf, width=20).splitlines()
     assert len(lines) == 3
     base, cand = lines[0][11:31], lines[1][11:31]
     assert base.startswith("·") and not base.endswith("·")  # baseline on the right
     assert cand.endswith("·") and not cand.startswith("·")  # candidate on the left
     assert "4.9 ms" in lines[2] and "10.2 ms" in lines[2]
-    assert sample_plot({}) == ""
-    assert sample_plot({"baseline_samples": [3.0], "candidate_samples": [3.0]})  # no span: no crash
+    assert sample_plot(None) == ""
+    flat = PerfResult(metric="m", direction="lower", baseline_samples=[3.0], candidate_samples=[3.0])
+    assert sample_plot(flat)  # no span: no crash
 
 
 def test_token_costs_add_up_to_the_reported_cost(tmp_path):
     report = write_job(tmp_path, "r", Job("t", SONNET, 0))
     rows = token_costs(report)
     assert {r.kind for r in rows} == {"input", "output", "cache write 5m", "cache read"}
-    assert sum(r.usd for r in rows) == pytest.approx(report["total_cost_usd"], rel=1e-12)
-    assert token_costs({"modelUsage": {"mystery-model": {"inputTokens": 5}}})[0].usd is None
+    assert sum(r.usd for r in rows) == pytest.approx(report.total_cost_usd, rel=1e-12)
+    assert token_costs(Report(modelUsage={"mystery-model": ModelUsage(inputTokens=5)}))[0].usd is None
 
 
 # -- compare ---------------------------------------------------------------------------------------------

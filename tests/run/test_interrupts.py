@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from helpers import make_repo
-from fakeserver import fake_server, hang, rate_limited  # noqa: F401 (fixture)
+from fakeserver import hang, rate_limited
+
 
 TASK = '''
 id = "{id}"

@@ -7,14 +7,15 @@ from decimal import Decimal
 
 import pytest
 
-from agent.run.loop import Limits, Trajectory, run_loop
-from agent.models import make_model
 from agent.models.pricing import load_prices
 from agent.models.replay import ReplayModel
+from agent.run.loop import Limits, Trajectory, run_loop
+from agent.run.model_spec import make_model
+from agent.run.tools import Toolbox, ToolResult
 from agent.task import load_task
-from agent.run.tools import Toolbox
 from agent.env.workspace import Workspace
-from fakeserver import fake_server, reply, tool_call  # noqa: F401 (fixture)
+from fakeserver import reply, tool_call
+
 
 TASK = '''
 id = "demo"
@@ -68,7 +69,7 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     fake_server.script(session_script())
     url = fake_server.url if provider == "anthropic" else fake_server.openai_url
     model = make_model(f"{provider}:claude-sonnet-4-6" if provider == "anthropic" else "openai:gpt-4o", base_url=url, stream=stream)
-    tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda perf: "checks: pass")
+    tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda perf: ToolResult("checks: pass"))
     traj = Trajectory(tmp / "trajectory.jsonl")
     out = run_loop(task, model, tools, limits=Limits.of(task), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=traj)
@@ -157,10 +158,10 @@ def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
     fake_server.script(session_script())
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     traj = Trajectory(tmp / "recorded.jsonl")
-    run_loop(task, model, Toolbox(ws, run_checks=lambda perf: "ok"), limits=Limits.of(task), prices=load_prices(),
+    run_loop(task, model, Toolbox(ws, run_checks=lambda perf: ToolResult("ok")), limits=Limits.of(task), prices=load_prices(),
              grade_submission=grader(ws), trajectory=traj)
     fresh = Workspace.create(task.repo, dest=tmp / "ws2")
-    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda perf: "ok"), limits=Limits.of(task),
+    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda perf: ToolResult("ok")), limits=Limits.of(task),
                    prices=load_prices(), grade_submission=grader(fresh), trajectory=Trajectory(None))
     assert out.subtype == "success" and out.num_turns == 4
     assert fresh.diff() == ws.diff() != ""
@@ -173,5 +174,44 @@ def test_a_model_that_stops_calling_tools_is_nudged_once_then_the_run_ends(setup
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
                    grade_submission=grader(ws), trajectory=Trajectory(None))
-    assert out.num_turns == 2 and out.result == "Really done." and not out.submitted
+    assert out.num_turns == 2 and out.result == "stopped without submitting: Really done." and not out.submitted
     assert "call `submit`" in json.dumps(fake_server.requests[1].body["messages"][-1])
+    # stopping is not succeeding: only a passing submit is
+    assert out.subtype == "error_during_execution" and out.is_error
+
+
+def test_no_tool_call_runs_after_a_passing_submit(setup, fake_server):
+    task, ws, tmp = setup
+    fake_server.script([reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty"),
+                              tool_call("submit", summary="done"),
+                              tool_call("write_file", path="pkg/mod.py", content="broken\n"),
+                              tool_call("run", command="touch ran"))])
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
+    traj = Trajectory(tmp / "trajectory.jsonl")
+    out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
+                   grade_submission=grader(ws), trajectory=traj)
+    assert out.subtype == "success" and out.result == "done" and out.num_turns == 1
+    assert "torch.empty(4)" in (ws.root / "pkg/mod.py").read_text() and not (ws.root / "ran").exists()
+    results = [r for r in map(json.loads, traj.path.read_text().splitlines()) if r["type"] == "tool_result"]
+    assert [(r["name"], r.get("not_run", False)) for r in results] == [
+        ("edit_file", False), ("submit", False), ("write_file", True), ("run", True)]
+    assert all(r["content"].startswith("not run") and r["is_error"] for r in results[2:])
+
+
+def test_run_checks_data_reaches_the_conversation_but_not_the_api(setup, fake_server):
+    task, ws, tmp = setup
+    seen: list[dict] = []
+
+    def second_turn(request):
+        seen.append(request.body)
+        return reply("", tool_call("submit", summary="ok"))
+
+    fake_server.script([reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty"),
+                              tool_call("run_checks")), second_turn])
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
+    checks = ToolResult("verdict: pass", data={"evaluation": {"verdict": "pass", "task_id": "marker-123"}})
+    out = run_loop(task, model, Toolbox(ws, run_checks=lambda perf: checks), limits=Limits.of(task),
+                   prices=load_prices(), grade_submission=grader(ws), trajectory=Trajectory(None))
+    assert out.subtype == "success"
+    body = json.dumps(seen[0])
+    assert "verdict: pass" in body and "marker-123" not in body and '"data"' not in body

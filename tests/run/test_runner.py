@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_repo
-from fakeserver import auth_error, fake_server, reply, tool_call  # noqa: F401 (fixture)
+from agent.models.base import Reply, ToolCall, Usage
+from agent.models.pricing import load_prices
+from agent.run.loop import Limits
+from agent.run.runner import run_task
+from helpers import SAFE, UNSAFE, make_repo, make_task
+from fakeserver import auth_error, reply, tool_call
+
 
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CODE_KEYS = ["type", "subtype", "is_error", "duration_ms", "duration_api_ms", "num_turns", "result",
@@ -148,3 +153,53 @@ def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
     warnings = json.loads((tmp / "results/u/tiny/report.json").read_text())["evaluation"]["warnings"]
     for aspect in missing:
         assert any(aspect in w for w in warnings), (aspect, warnings)
+
+
+class Scripted:
+    """A model that plays fixed turns of tool calls, then lists files until its turns run out."""
+
+    name = "scripted"
+
+    def __init__(self, *turns: list[tuple[str, dict]]):
+        self.turns = list(turns)
+
+    def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
+        calls = self.turns.pop(0) if self.turns else [("list_files", {})]
+        return Reply("", [ToolCall(f"c{len(messages)}_{i}", n, a) for i, (n, a) in enumerate(calls)], Usage(), 0.0,
+                     "replay", "tool_use", {})
+
+
+def run_scripted(tmp_path: Path, *turns: list[tuple[str, dict]]):
+    task, _ = make_task(tmp_path)
+    return run_task(task, Scripted(*turns), out_dir=tmp_path / "out", run_id="r", prices=load_prices(),
+                    limits=Limits.of(task, max_turns=len(turns) + 1), lock_dir=tmp_path / "locks")
+
+
+def edit(change: dict[str, tuple[str, str]], back: bool = False) -> tuple[str, dict]:
+    ((path, (old, new)),) = change.items()
+    return "edit_file", {"path": path, "old": new if back else old, "new": old if back else new}
+
+
+@pytest.mark.slow
+def test_a_change_that_never_passed_is_rejected_not_emitted(tmp_path):
+    """Every torch.zeros -> torch.empty, which the poisoned tests reject; the run ends at max turns."""
+    result = run_scripted(tmp_path, [edit(SAFE), edit(UNSAFE)])
+    report = result.report
+    assert report.subtype == "error_max_turns" and report.is_error
+    assert result.paths.patch.read_text() == ""
+    rejected = result.paths.rejected.read_text()
+    assert result.paths.rejected == result.paths.patch.with_name("rejected.diff")
+    assert "+    buf = torch.empty(N)" in rejected and "+    buf = torch.empty(src.shape" in rejected
+    ev = report.evaluation
+    assert ev is not None and ev.verdict == "fail" and ev.correctness is not None
+    assert ev.emitted is not None and ev.emitted.startswith("nothing") and "rejected.diff" in ev.emitted
+
+
+@pytest.mark.slow
+def test_an_agent_that_takes_back_its_passing_change_emits_nothing(tmp_path):
+    result = run_scripted(tmp_path, [edit(SAFE)], [("run_checks", {"perf": False})], [edit(SAFE, back=True)])
+    checks = json.loads(result.paths.checks.read_text())
+    assert [c["evaluation"]["verdict"] for c in checks] == ["pass"]  # it had a passing candidate
+    assert result.paths.patch.read_text() == "" and not result.paths.rejected.exists()
+    ev = result.report.evaluation
+    assert ev is not None and ev.verdict == "no-change" and ev.note == "the agent took back every change it made"

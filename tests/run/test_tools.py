@@ -1,11 +1,16 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
-from agent.run.tools import TOOL_NAMES, TOOL_SCHEMAS, Toolbox
 from agent.env.workspace import Workspace
+from agent.run.tools import MAX_TOOL_OUTPUT, TOOL_NAMES, TOOL_SCHEMAS, Toolbox, ToolResult
+
+BACKEND = Path(__file__).resolve().parents[2] / "target_repo/miniattn/flashattention_backend.py"
 
 
 @pytest.fixture
@@ -47,6 +52,31 @@ def test_read_file_numbers_lines_and_ranges(box):
     assert box.call("read_file", {"path": "pkg/mod.py", "start": "2", "end": 2}).content == "2  "
     assert box.call("read_file", {"path": "pkg/mod.py", "start": 99}).is_error
     assert box.call("read_file", {"path": "nope.py"}).is_error
+
+
+def test_read_file_pages_by_whole_lines_and_says_where_to_go_on(box):
+    """Nothing is cut from the middle: page after page reaches every line of a long file."""
+    shutil.copy(BACKEND, box.workspace.root / "backend.py")
+    lines = BACKEND.read_text().splitlines()
+    seen: list[str] = []
+    start, pages = 1, 0
+    while True:
+        page = box.call("read_file", {"path": "backend.py", "start": start}).content
+        pages += 1
+        assert len(page) <= MAX_TOOL_OUTPUT + 200
+        body, _, last = page.rpartition("\n")
+        more = re.fullmatch(rf"\[backend.py has {len(lines)} lines; shown {start}-(\d+): "
+                            r"call read_file with start=(\d+) to continue\]", last)
+        seen += (body if more else page).splitlines()
+        if not more:
+            break
+        assert int(more.group(2)) == int(more.group(1)) + 1
+        start = int(more.group(2))
+    assert pages >= 2
+    assert [re.fullmatch(r" *\d+  (.*)", ln).group(1) for ln in seen] == lines  # every line, whole, in order
+    assert any("def init_cuda_graph_state" in ln for ln in seen)
+    ranged = box.call("read_file", {"path": "backend.py", "start": 200, "end": 215}).content
+    assert "def init_cuda_graph_state" in ranged and "continue" not in ranged
 
 
 def test_list_and_grep(box):
@@ -100,9 +130,10 @@ def test_malformed_calls_become_tool_errors(box):
 
 
 def test_run_checks_and_submit(box):
-    box.run_checks = lambda perf: f"all good (perf={perf})"
+    box.run_checks = lambda perf: ToolResult(f"all good (perf={perf})", data={"evaluation": {"verdict": "pass"}})
     assert box.call("run_checks", {}).content == "all good (perf=True)"
     assert box.call("run_checks", {"perf": False}).content == "all good (perf=False)"
+    assert box.call("run_checks", {}).data == {"evaluation": {"verdict": "pass"}}
     assert box.call("run_checks", {"perf": "no"}).is_error
     assert box.call("submit", {"summary": "done"}).content == "submitted"
     assert box.submitted == "done"

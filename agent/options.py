@@ -1,0 +1,80 @@
+"""How a run is run, whatever started it: `perfagent run`, each job of `perfagent batch`, `perfagent check`.
+
+One model, one set of flags, one reader of parsed flags: a batch hands its jobs the same
+`RunOptions` the run command builds, as JSON, so no flag is spelled out twice and a renamed
+flag cannot silently drop out of a batch. The batch plan records them for `--resume`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from agent.models.pricing import PriceTable
+    from agent.run.loop import Limits
+    from agent.task import Task
+
+BATCH_HELP = "passed to every job's run"
+
+
+class RunOptions(BaseModel):
+    """Everything about a run but its task and model; paths are absolute, so any job process finds them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str | None = None
+    stream: bool = False
+    max_turns: int | None = None  # None: the task's budget
+    max_cost_usd: float | None = None
+    timeout_s: float | None = None
+    prices: Path | None = None  # a JSON price table overriding the built-in one
+    allow_unsandboxed: bool = False
+    keep_workspace: bool = False
+    lock_dir: Path | None = None  # perf device locks (default ~/.cache/perfagent/locks)
+    seed: int | None = None  # run order and bootstrap of `check`
+
+    def limits(self, task: "Task") -> "Limits":
+        """The task's budget with the overrides given here: the one place they are merged."""
+        from agent.run.loop import Limits
+
+        return Limits.of(task, max_turns=self.max_turns, max_cost_usd=self.max_cost_usd, timeout_s=self.timeout_s)
+
+    def price_table(self) -> "PriceTable":
+        from agent.models.pricing import load_prices
+
+        return load_prices(self.prices)
+
+
+# (flag, RunOptions field, add_argument keywords, help in `perfagent run`): the flags run and batch share.
+SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("--base-url", "base_url", {}, "API base URL (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)"),
+    ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
+    ("--max-turns", "max_turns", {"type": int}, ""),
+    ("--max-cost", "max_cost_usd", {"type": float}, "USD"),
+    ("--timeout", "timeout_s", {"type": float}, "seconds"),
+    ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),
+    ("--allow-unsandboxed", "allow_unsandboxed", {"action": "store_true"},
+     "let an API model run where the sandbox is incomplete (the report lists what is not isolated)"),
+)
+# Flags of one command only, read by `options_from_args` when its parser has them.
+OWN_FLAGS = {"keep_workspace": "keep_workspace", "lock_dir": "lock_dir", "seed": "seed"}
+
+
+def add_run_flags(parser: argparse.ArgumentParser, *, batch: bool = False) -> None:
+    """The run options every run takes, on the `run` parser or (each passed to every job) the `batch` one."""
+    for flag, _, kw, help_text in SHARED_FLAGS:
+        parser.add_argument(flag, **kw, help=BATCH_HELP if batch else help_text or None)
+
+
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """The RunOptions a parsed command line gives; flags its parser does not have keep their defaults."""
+    dests = {**{flag[2:].replace("-", "_"): field for flag, field, _, _ in SHARED_FLAGS}, **OWN_FLAGS}
+    given: dict[str, Any] = {field: getattr(args, dest) for dest, field in dests.items() if hasattr(args, dest)}
+    for path in ("prices", "lock_dir"):
+        if given.get(path):
+            given[path] = Path(given[path]).resolve()
+    return RunOptions(**given)

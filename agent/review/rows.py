@@ -1,0 +1,201 @@
+"""What the terminal and the HTML page show of a run, already in words: one view model, two drawings.
+
+Checks are `agent.checks.render`'s rows of the evaluation (the very rows `perfagent check`
+prints) plus the few only a run's report has: the batch's status, the verdict, the agent's
+attempts on protected paths. Numbers are formatted here once, so both views read alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Literal
+
+from agent.checks.evaluation import PerfResult
+from agent.checks.render import Level, Row, environment_rows, evaluation_rows
+from agent.checks.render import verdict_level as evaluation_level
+from agent.models.base import Usage
+from agent.review.load import ARTIFACTS, PatchFile, RunView
+from agent.run.result import ModelUsage, PermissionDenial, Report
+
+if TYPE_CHECKING:
+    from agent.models.pricing import PriceTable
+
+SortKey = Literal["job", "speedup", "cost", "verdict"]
+VERDICT_ORDER = ["pass", "unverified", "fail", "rejected", "suspicious", "error", "no-change", "failed", "skipped",
+                 "corrupt report", "missing report", "pending"]
+EMPTY_PATCH = "empty diff: no change was emitted"
+
+
+# -- verdicts, sorting, numbers ------------------------------------------------------------------------
+def verdict_level(verdict: str) -> Level:
+    """A run's verdict adds words an evaluation never has: not run yet, skipped, no verdict."""
+    return "info" if verdict in ("skipped", "pending", "-") else evaluation_level(verdict)
+
+
+def sort_runs(runs: list[RunView], by: SortKey = "job") -> list[RunView]:
+    """Best first for speedup, cheapest first for cost, pass first for verdict; unknowns last."""
+    def rank(v: str) -> int:
+        return VERDICT_ORDER.index(v) if v in VERDICT_ORDER else len(VERDICT_ORDER)
+
+    if by == "speedup":
+        return sorted(runs, key=lambda r: (r.speedup is None, -(r.speedup or 0), r.key))
+    if by == "cost":
+        return sorted(runs, key=lambda r: (r.cost_usd is None, r.cost_usd or 0, r.key))
+    if by == "verdict":
+        return sorted(runs, key=lambda r: (rank(r.verdict), r.key))
+    return sorted(runs, key=lambda r: r.key)
+
+
+def fmt_speedup(run: RunView) -> str:
+    if run.speedup is None:
+        return "-"
+    iv = run.interval
+    return f"{run.speedup:.3f}x" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+
+
+def fmt_usd(x: float | None) -> str:
+    return "unknown" if x is None else f"${x:.4f}"
+
+
+def fmt_cost(run: RunView) -> str:
+    """A run's cost; "unknown" only for a run that reported an unpriced model."""
+    return "-" if run.record is None or (run.cost_usd is None and run.problem) else fmt_usd(run.cost_usd)
+
+
+def run_summary(report: Report) -> str:
+    """How the run ended, in one line: "success in 6 turns, 42.0s"."""
+    return f"{report.subtype} in {report.num_turns} turns, {report.duration_ms / 1000:.1f}s"
+
+
+# -- checks ---------------------------------------------------------------------------------------------
+def check_rows(run: RunView) -> list[Row]:
+    """The check details of one run: the evaluation's rows framed by what only the run knows."""
+    if run.pending:
+        return [Row("status", "pending: planned in batch.json, not run yet")]
+    rows: list[Row] = []
+    if run.record is not None and run.record.status != "done":
+        rows.append(Row("batch", f"{run.record.status}: {run.record.reason or 'no reason recorded'}",
+                        "bad" if run.record.status == "failed" else "info"))
+    if run.problem:
+        rows.append(Row("report", run.problem, "bad"))
+        found = [a for a in ARTIFACTS if (run.dir / a).is_file() and a != "report.json"]
+        if "missing" in run.problem:
+            rows.append(Row("note", "the run is still going, or it stopped before writing its report"
+                            + (f"; see {', '.join(found)} in {run.dir}" if found else "")))
+        return rows
+    if run.report is None:
+        return rows
+    ev = run.report.evaluation
+    if ev is None:
+        return rows + [Row("evaluation", "none in report.json (the run ended before grading)", "warn")]
+    denials = run.report.permission_denials
+    return [*rows, Row("verdict", run.verdict, verdict_level(run.verdict)), *evaluation_rows(ev),
+            Row("protected-path attempts", "; ".join(_denial(d) for d in denials) if denials else "none",
+                "warn" if denials else "ok"),
+            *environment_rows(ev)]
+
+
+def _denial(d: PermissionDenial) -> str:
+    return f"{d.tool_name}({d.tool_input.get('path') or ''}): {d.reason}"
+
+
+# -- diffs ----------------------------------------------------------------------------------------------
+def patch_title(p: PatchFile) -> str:
+    """Says which diff it is: a rejected one was graded (failing) but never emitted."""
+    return f"{'rejected change (not emitted)' if p.rejected else 'diff'}: {p.path}"
+
+
+# -- perf samples ----------------------------------------------------------------------------------------
+BARS = "·▁▂▃▄▅▆▇█"
+
+
+def plot_title(perf: PerfResult) -> str:
+    return f"perf samples: {perf.metric} ({perf.direction} is better)"
+
+
+def sample_plot(perf: PerfResult | None, width: int = 40) -> str:
+    """The baseline and candidate samples as two histograms on one axis, in text.
+
+    One glance shows whether the two clouds overlap, which the ratio alone hides.
+    """
+    if perf is None:
+        return ""
+    sides = [(name, [v for v in samples if math.isfinite(v)], median)  # JSON allows NaN; no place on an axis
+             for name, samples, median in (("baseline", perf.baseline_samples, perf.baseline_median),
+                                           ("candidate", perf.candidate_samples, perf.candidate_median))]
+    values = [v for _, vs, _ in sides for v in vs]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    span = hi - lo
+
+    def column(v: float) -> int:
+        return width // 2 if span == 0 else min(width - 1, int((v - lo) / span * width))
+
+    counts = {name: [0] * width for name, _, _ in sides}
+    for name, vs, _ in sides:
+        for v in vs:
+            counts[name][column(v)] += 1
+    top = max(max(c) for c in counts.values())
+    unit = f" {perf.unit}" if perf.unit else ""
+    lines = []
+    for name, vs, median in sides:
+        bar = "".join(BARS[math.ceil(8 * c / top)] if c else BARS[0] for c in counts[name])
+        if median is None and vs:
+            median = sorted(vs)[len(vs) // 2]
+        text = f"median {median:.4g}{unit}" if vs and median is not None else "no samples"
+        lines.append(f"{name:<10} {bar}  {text} (n={len(vs)})")
+    left, right = f"{lo:.4g}{unit}", f"{hi:.4g}{unit}"
+    lines.append(" " * 11 + left + " " * max(1, width - len(left) - len(right)) + right)
+    return "\n".join(lines)
+
+
+# -- cost by token type ----------------------------------------------------------------------------------
+@functools.cache
+def _prices() -> PriceTable:
+    from agent.models.pricing import load_prices
+
+    return load_prices()
+
+
+@dataclass
+class TokenCost:
+    model: str
+    kind: str  # input | cache write 5m | cache write 1h | cache read | output
+    tokens: int
+    usd: float | None  # None: the model has no known price
+
+
+TOKEN_KINDS = (("input", "input_tokens", "input"), ("cache write 5m", "cache_write_5m", "cache_write_5m"),
+               ("cache write 1h", "cache_write_1h", "cache_write_1h"), ("cache read", "cache_read", "cache_read"),
+               ("output", "output_tokens", "output"))  # (row, Usage field, Price field)
+
+
+def _usage(mu: ModelUsage, one_hour: int) -> Usage:
+    w1h = min(mu.cacheCreationInputTokens, one_hour)
+    return Usage(input_tokens=mu.inputTokens, output_tokens=mu.outputTokens, cache_read=mu.cacheReadInputTokens,
+                 cache_write_5m=mu.cacheCreationInputTokens - w1h, cache_write_1h=w1h)
+
+
+def token_costs(report: Report | None) -> list[TokenCost]:
+    """The run's cost split by token type, per model, at the built-in prices.
+
+    report.json gives per-model token counts but one cost per model; the split says where the
+    money went (usually cache reads vs output). Per-model counts do not split cache writes by
+    lifetime; the report's total does, which is that model's when the run used only one.
+    """
+    if report is None:
+        return []
+    one_hour = report.usage.to_usage().cache_write_1h if len(report.modelUsage) == 1 else 0
+    rows: list[Row] = []
+    for model, mu in report.modelUsage.items():
+        price, usage = _prices().lookup(model), _usage(mu, one_hour)
+        for kind, count, price_field in TOKEN_KINDS:
+            n = getattr(usage, count)
+            if n or kind in ("input", "output"):
+                usd = None if price is None else float(n * getattr(price, price_field) / Decimal(1_000_000))
+                rows.append(TokenCost(model, kind, n, usd))
+    return rows

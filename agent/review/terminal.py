@@ -1,0 +1,99 @@
+"""`perfagent review`: the runs as a table, and one run in detail, drawn with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from agent.batch.summary import summary_tables
+from agent.checks.render import LEVEL_STYLE, rows_table
+from agent.review.load import PatchFile, Results, ReviewError, RunView
+from agent.review.rows import (EMPTY_PATCH, SortKey, check_rows, fmt_cost, fmt_speedup, fmt_usd, patch_title,
+                               plot_title, run_summary, sample_plot, sort_runs, token_costs, verdict_level)
+from agent.run.result import Report
+
+
+def _verdict_text(verdict: str) -> Text:
+    return Text(verdict, style=LEVEL_STYLE[verdict_level(verdict)] or "bold")
+
+
+def runs_table(results: Results, runs: list[RunView]) -> Table:
+    t = Table(title=f"{results.run_id}: {len(runs)} run(s)", title_justify="left")
+    for col, kw in (("job", {"overflow": "fold"}), ("task", {}), ("model", {}), ("sample", {"justify": "right"}),
+                    ("verdict", {}), ("speedup [95% CI]", {"justify": "right"}), ("cost", {"justify": "right"}),
+                    ("turns", {"justify": "right"})):
+        t.add_column(col, **kw)
+    for r in runs:
+        t.add_row(r.key, r.task, r.model, f"s{r.sample}", _verdict_text(r.verdict), fmt_speedup(r),
+                  fmt_cost(r), "-" if r.turns is None else str(r.turns))
+    return t
+
+
+def _patch_panel(p: PatchFile) -> Panel:
+    body = Syntax(p.text, "diff", theme="ansi_dark", word_wrap=True) if p.text.strip() else Text(f"({EMPTY_PATCH})")
+    return Panel(body, title=patch_title(p), title_align="left", border_style="red" if p.rejected else "none")
+
+
+def _cost_table(report: Report) -> Table | None:
+    costs = token_costs(report)
+    if not costs:
+        return None
+    ct = Table(title="cost by token type", title_justify="left")
+    for col in ("model", "type", "tokens", "USD"):
+        ct.add_column(col, justify="left" if col in ("model", "type") else "right")
+    for c in costs:
+        ct.add_row(c.model, c.kind, f"{c.tokens:,}", "-" if c.usd is None else f"${c.usd:.6f}")
+    ct.add_row("", "total (report)", "", fmt_usd(report.total_cost_usd), style="bold")
+    return ct
+
+
+def run_detail(run: RunView) -> Group:
+    """Everything about one run: checks, perf samples, the diffs, the agent's summary, the cost."""
+    rep = run.report
+    head = Text.assemble((f"{run.key}", "bold"), f"  task {run.task} · model {run.model} · sample s{run.sample} · ",
+                         _verdict_text(run.verdict))
+    if rep is not None:
+        head.append(f"\n{run_summary(rep)}, cost {fmt_usd(rep.total_cost_usd)}")
+    if run.record is not None and run.record.reason:
+        head.append(f"\nbatch: {run.record.status}: {run.record.reason}", style="yellow")
+    parts: list[RenderableType] = [Panel(head, expand=False),
+                                   rows_table(check_rows(run), title="checks", show_header=False)]
+    plot = sample_plot(run.perf)
+    if plot and run.perf is not None:
+        parts.append(Panel(Text(plot), title=plot_title(run.perf), expand=False, title_align="left"))
+    parts += [_patch_panel(p) for p in run.patches]
+    if rep is not None:
+        if rep.result:
+            parts.append(Panel(Markdown(rep.result), title="agent's final summary", title_align="left"))
+        costs = _cost_table(rep)
+        if costs is not None:
+            parts.append(costs)
+    return Group(*parts)
+
+
+def select(runs: list[RunView], task: str | None) -> list[RunView]:
+    return [r for r in runs if task is None or task in (r.task, r.key)]
+
+
+def render_review(console: Console, results: Results, *, task: str | None = None, sort: SortKey = "job") -> None:
+    """The run list (with the batch's summary tables), and the detail of one run when one is selected."""
+    runs = sort_runs(select(results.runs, task), sort)
+    if not runs:
+        raise ReviewError(f"no run of task {task!r} in {results.run_dir}; tasks: "
+                          + ", ".join(sorted({r.task for r in results.runs})))
+    if results.is_batch and task is None:
+        for table in summary_tables(results.summary):
+            console.print(table)
+    console.print(runs_table(results, runs))
+    for r in runs:
+        if r.problem:
+            console.print(f"[red]{r.key}: {r.problem}[/]", highlight=False)
+    if task is not None or len(runs) == 1:
+        for r in runs:
+            console.print(run_detail(r))
+    elif len(runs) > 1:
+        console.print("[dim]--task ID shows one task's runs in detail (diff, checks, perf samples, cost).[/]")

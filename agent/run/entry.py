@@ -1,0 +1,167 @@
+"""One task run from a request, exactly as `perfagent run` does it; a batch job process calls the same.
+
+Names are checked before anything is read or written, an API model is refused where the sandbox
+is incomplete (unless allowed), SIGINT/SIGTERM end the run with its report, and the exit code
+says how it ended. `guarded` turns the errors a user can fix into one line and exit 2, for every
+command line and job process alike.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.markup import escape
+
+from agent.env.workspace import PatchError, WorkspaceError
+from agent.models.base import ModelError
+from agent.options import RunOptions
+from agent.run.names import BadName, check_job, check_run_id
+from agent.task import TaskError
+
+if TYPE_CHECKING:
+    from agent.run.runner import RunResult
+
+EXIT_BAD_INPUT = 2
+# Providers whose models are real, untrusted agents: their commands run only in a complete sandbox.
+API_PROVIDERS = ("anthropic", "openai")
+Display = Literal["summary", "json", "quiet"]
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class RunRequest(BaseModel):
+    """One run: what `perfagent run` takes from its flags, and what a batch sends a job process as JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_file: str
+    model: str = "rules"  # rules | anthropic[:M] | openai:M | replay:FILE
+    options: RunOptions = RunOptions()
+    run_id: str | None = None  # None: a new one
+    job: str | None = None  # results sub-folder; None: the task id
+    out_dir: str = "."
+
+
+def guarded(call: Callable[[], int]) -> int:
+    """`call()`'s exit code; a user's error is one line and 2, an internal one a line and 1."""
+    err = Console(stderr=True)
+    try:
+        return call()
+    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError) as e:
+        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
+        err.print("[red]interrupted[/]")
+        return getattr(e, "exit_code", 130)
+    except Exception as e:  # noqa: BLE001 — a user sees one line; PERFAGENT_DEBUG=1 shows the traceback
+        if os.environ.get("PERFAGENT_DEBUG"):
+            raise
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (PERFAGENT_DEBUG=1 shows the traceback)",
+                  highlight=False)
+        return 1
+
+
+def run_request(request: RunRequest, out: Console, display: Display = "summary") -> int:
+    """Run one task: 0 for a run that ended in success, 1 for an error subtype, 128 + signal if interrupted."""
+    from agent.run.exits import signal_exit_code
+    from agent.run.model_spec import make_model
+    from agent.run.names import new_run_id
+    from agent.run.progress import RunProgress
+    from agent.run.runner import run_task
+    from agent.task import load_task
+
+    if request.run_id is not None:  # before anything is read or written
+        check_run_id(request.run_id)
+    if request.job is not None:
+        check_job(request.job)
+    task = load_task(request.task_file)
+    if request.job is None:
+        check_job(task.id)  # the default job name
+    opts = request.options
+    model = make_model(request.model, base_url=opts.base_url, stream=opts.stream, task=task)
+    require_sandbox([request.model], opts.allow_unsandboxed)
+    kwargs = dict(out_dir=Path(request.out_dir), run_id=request.run_id or new_run_id(), job=request.job,
+                  prices=opts.price_table(), limits=opts.limits(task), lock_dir=opts.lock_dir,
+                  keep_workspace=opts.keep_workspace)
+    err = Console(stderr=True)
+    with _signals_interrupt():
+        if display != "summary":
+            result = run_task(task, model, **kwargs)
+        else:
+            with RunProgress(err, f"{task.id} · {model.name}") as progress:
+                result = run_task(task, model, on_event=progress, **kwargs)
+    report = result.report
+    if display == "json":
+        print(report.to_json(), end="")
+    elif display == "summary":
+        _print_summary(out, result)
+    for w in result.outcome.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    if report.is_error:
+        err.print(f"[red]error:[/] {report.subtype}: {escape(report.result)} (outputs in {result.paths.report.parent})",
+                  highlight=False)
+        return signal_exit_code(result.outcome.interrupted) if result.outcome.interrupted else 1
+    return 0
+
+
+def require_sandbox(specs: list[str], allowed: bool) -> None:
+    """Refuse to let a real API model's commands run where the sandbox is incomplete, unless allowed."""
+    api = [s.strip() for s in specs if s.strip().partition(":")[0] in API_PROVIDERS]
+    if not api or allowed:
+        return
+    from agent.env.sandbox import isolation
+
+    iso = isolation()
+    if not iso.complete:
+        raise UserError(f"refusing to run {api[0]} unsandboxed ({iso.mode} here): not isolated: "
+                        f"{'; '.join(iso.missing)}; install bubblewrap, or pass --allow-unsandboxed to run anyway")
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted in the main thread, so the run writes its report, its best
+    patch so far and cleans up. Only the first one raises: a second one must not cut that short."""
+    from agent.run.exits import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    # An ignored signal (nohup, a background job) stays ignored.
+    old = {s: h for s in (signal.SIGINT, signal.SIGTERM) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def _print_summary(out: Console, result: "RunResult") -> None:
+    r = result.report
+    ev = r.evaluation
+    perf = ev.perf if ev is not None else None
+    cost = "unknown" if r.total_cost_usd is None else f"${r.total_cost_usd:.4f}"
+    out.print(f"[bold]{r.subtype}[/] in {r.num_turns} turns, {r.duration_ms / 1000:.1f}s, cost {cost}")
+    out.print(f"verdict: [bold]{ev.verdict if ev is not None else '-'}[/]", highlight=False)
+    if perf is not None:
+        out.print(f"perf {perf.metric}: ratio {perf.ratio or 0:.3f} "
+                  f"[{perf.ci_low or 0:.3f}, {perf.ci_high or 0:.3f}] p={perf.p_value if perf.p_value is not None else 1:.2g} "
+                  f"-> {perf.verdict}", highlight=False)
+    out.print(f"patch:  {result.paths.patch}\nreport: {result.paths.report}", highlight=False)

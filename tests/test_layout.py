@@ -1,0 +1,112 @@
+"""The layout's promises, checked on the source: data flows one way, so no import cycle between
+modules of agent/ (imports inside functions included), and only entry points import the CLI.
+Test modules share code through helpers.py and fixtures, never by importing each other.
+
+    python -m pytest -q tests/test_layout.py      # prints every cycle it finds
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = {"agent.__main__"}  # `python -m agent`; the console script names agent.cli:main itself
+
+
+def module_name(path: Path, top: Path) -> str:
+    parts = list(path.relative_to(top.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(top: Path) -> dict[str, Path]:
+    return {module_name(p, top): p for p in top.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module of `known` that `path` imports, at any depth (functions, TYPE_CHECKING blocks)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            subs = {f"{base}.{a.name}" for a in node.names} & known  # `from pkg import submodule`
+            found |= subs if len(subs) == len(node.names) else subs | {base}
+    return {m for m in found if m in known and m != name}
+
+
+def graph(top: Path) -> dict[str, set[str]]:
+    mods = modules(top)
+    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_in_agent_function_level_imports_included():
+    found = cycles(graph(ROOT / "agent"))
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "batch").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "batch" / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text("from agent.batch import driver\n")
+    (pkg / "batch" / "driver.py").write_text("def run():\n    from ..cli import main\n")
+    assert cycles(graph(pkg)) == [["agent.batch.driver", "agent.cli"]]
+
+
+def test_only_entry_points_import_the_cli():
+    importers = sorted(m for m, deps in graph(ROOT / "agent").items() if "agent.cli" in deps and m not in ENTRY_POINTS)
+    assert importers == []
+
+
+def test_test_modules_do_not_import_each_other():
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")}
+    offenders = []
+    for p in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{p.relative_to(ROOT)} imports {n}" for n in names if n.rpartition(".")[2] in test_modules]
+    assert offenders == []
