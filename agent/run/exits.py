@@ -94,7 +94,3 @@ def as_interrupted(err: KeyboardInterrupt) -> Interrupted:
     """The exit an interrupt means: a plain Ctrl-C without our handler is SIGINT."""
     return err if isinstance(err, Interrupted) else Interrupted("SIGINT")
 
-
-def interrupted_by(err: KeyboardInterrupt) -> str:
-    """The signal behind an interrupt."""
-    return as_interrupted(err).signal_name

@@ -16,15 +16,11 @@ from typing import Any, Callable, NoReturn
 from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, ToolCall, Usage
 from agent.models.pricing import PriceTable, cost_usd
 from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
-                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted, signal_exit_code)
+                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted)
 from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
 from agent.task import Task
 from agent.util.files import append_jsonl
-
-# Imported from here by the command line (agent.cli); they live in agent.run.exits.
-__all__ = ["Interrupted", "Limits", "Outcome", "Trajectory", "complete_by", "run_loop", "signal_exit_code"]
-
 
 @dataclass(frozen=True)
 class Limits:
