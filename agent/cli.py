@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
 from agent.env.workspace import PatchError
 from agent.options import RunOptions, add_run_flags, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
@@ -48,8 +49,8 @@ def _short(path: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
-    request = RunRequest(task_file=args.task, model=args.model, options=options_from_args(args), run_id=args.run_id,
-                         job=args.job, out_dir=args.out)
+    request = RunRequest(task_file=args.task, agent=args.agent, model=args.model or "", options=options_from_args(args),
+                         run_id=args.run_id, job=args.job, out_dir=args.out)
     return run_request(request, out, display="json" if args.json else "quiet" if args.quiet else "summary")
 
 
@@ -126,7 +127,9 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     source = args.set or plan.source
     if not source:
         raise UserError("name a task set: a task-set file or a directory of tasks")
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else plan.models or ["rules"]
+    given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else []
+    given += [_contestant_spec(agent, model) for agent, model in args.contestants or []]
+    models = given or plan.models or ["rules"]
     opts = options_from_args(args)
     if opts == RunOptions():  # no run flag given: a resumed batch keeps its own
         opts = plan.options
@@ -180,13 +183,40 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+class _Contestant(argparse.Action):
+    """`--agent A --model M` pairs, in order: a --model completes the --agent before it, or stands alone
+    as a model of our loop."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
+                 option: str | None = None) -> None:
+        pairs = list(getattr(namespace, self.dest) or [])
+        if option == "--agent":
+            pairs.append([str(value), ""])
+        elif pairs and not pairs[-1][1]:
+            pairs[-1][1] = str(value)
+        else:
+            pairs.append([OWN_AGENT, str(value)])
+        setattr(namespace, self.dest, pairs)
+
+
+def _contestant_spec(agent: str, model: str) -> str:
+    """One batch spec for `--agent A [--model M]`: an agent with no model gets its default one."""
+    if agent == OWN_AGENT:
+        return model or "rules"
+    return join_spec(agent, model or make_agent(agent).model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="perfagent", description="Propose performance edits, prove them safe, measure them, report the cost.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run the agent on one task")
     r.add_argument("task", help="a task file (TOML)")
-    r.add_argument("--model", default="rules", help="rules | anthropic:<model> | openai:<model> | replay:<trajectory.jsonl>")
+    r.add_argument("--agent", default=OWN_AGENT, choices=AGENT_NAMES,
+                   help="perfagent: our loop (default); claude-code, codex, mini-swe-agent: that CLI, sealed and metered")
+    r.add_argument("--model", default=None,
+                   help="perfagent: rules (default) | anthropic:<model> | openai:<model> | replay:<trajectory.jsonl>; "
+                        "an external agent: its model (e.g. claude-sonnet-4-5)")
     add_run_flags(r)
     r.add_argument("--run-id", default=None)
     r.add_argument("--job", default=None, help="results sub-folder name (default: the task id)")
@@ -219,7 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_check)
     b = sub.add_parser("batch", help="run a task set x models x samples in parallel; resumable; summarised")
     b.add_argument("set", nargs="?", help="a task-set file or a directory of tasks (with --resume: the run's own)")
-    b.add_argument("--models", default=None, help="comma-separated model specs (default: rules)")
+    b.add_argument("--models", default=None, help="comma-separated specs: our loop's models, or <agent>:<model> (default: rules)")
+    b.add_argument("--agent", action=_Contestant, dest="contestants", metavar="NAME", choices=AGENT_NAMES,
+                   help="one more contestant (repeatable); the --model after it is its model")
+    b.add_argument("--model", action=_Contestant, dest="contestants", metavar="MODEL",
+                   help="the model of the --agent before it (or of our loop)")
     b.add_argument("--samples", type=int, default=None, help="runs per (task, model): the K of Opt@K (default 1)")
     b.add_argument("--workers", type=int, default=2, help="jobs at once")
     b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")

@@ -36,6 +36,7 @@ class RunOptions(BaseModel):
     keep_workspace: bool = False
     lock_dir: Path | None = None  # perf device locks (default ~/.cache/perfagent/locks)
     seed: int | None = None  # run order and bootstrap of `check`
+    rounds: int = 2  # an external agent's sessions: the first, then feedback rounds while its change fails
 
     def limits(self, task: "Task") -> "Limits":
         """The task's budget with the overrides given here: the one place they are merged."""
@@ -57,8 +58,10 @@ SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("--max-cost", "max_cost_usd", {"type": float}, "USD"),
     ("--timeout", "timeout_s", {"type": float}, "seconds"),
     ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),
+    ("--rounds", "rounds", {"type": int, "default": 2},
+     "external agents: sessions at most; after a failing grade the agent is resumed with the checks' findings"),
     ("--allow-unsandboxed", "allow_unsandboxed", {"action": "store_true"},
-     "let an API model run where the sandbox is incomplete (the report lists what is not isolated)"),
+     "let an API model or external agent run where the sandbox is incomplete (the report lists what is not isolated)"),
 )
 # Flags of one command only, read by `options_from_args` when its parser has them.
 OWN_FLAGS = {"keep_workspace": "keep_workspace", "lock_dir": "lock_dir", "seed": "seed"}

@@ -1,4 +1,4 @@
-"""A scripted fake of the Anthropic Messages and OpenAI chat-completions HTTP APIs.
+"""A scripted fake of the Anthropic Messages, OpenAI chat-completions and OpenAI Responses HTTP APIs.
 
 A real HTTP server on 127.0.0.1 (random port), so tests drive the real SDK clients
 through their real HTTP stack, never the network and never a patched client. It speaks
@@ -12,6 +12,7 @@ both wire formats, plain JSON and SSE streaming, exactly as the providers send t
         ])
         model = make_model("anthropic:m", base_url=server.url)          # agent.run.model_spec; or
         model = make_model("openai:m", base_url=server.openai_url)
+        # Codex (Responses API, POST /v1/responses): the shell tool is tool_call("exec_command", cmd="ls")
         ...
         server.requests[0].body["messages"]  # what the client sent
 
@@ -63,7 +64,8 @@ class Turn:
 @dataclass
 class Fail:
     """An injected error. `mid_stream`: for a streaming Anthropic request, answer 200
-    and send the error as an SSE `event: error` after message_start."""
+    and send the error as an SSE `event: error` after message_start (for a streaming
+    Responses request, as a `response.failed` event after response.in_progress)."""
 
     status: int
     type: str = "api_error"
@@ -300,6 +302,94 @@ class OpenAI:
         return {"error": {"message": fail.message, "type": fail.type, "param": None, "code": None}}
 
 
+class Responses:
+    """POST /v1/responses (OpenAI's Responses API, what Codex speaks): a tool call is an output item
+    of type function_call, and the usage (cached input counted inside input_tokens) comes in the
+    final `response.completed` event, or the body when not streamed. A `stop_reason` makes the
+    response `incomplete` for that reason."""
+
+    @staticmethod
+    def usage(turn: Turn) -> dict:
+        u = _usage(turn)
+        prompt = u["input_tokens"] + u["cache_read"]
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": u["cache_read"]},
+            "output_tokens": u["output_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + u["output_tokens"],
+        }
+
+    @staticmethod
+    def items(turn: Turn, n: int) -> list[dict]:
+        out: list[dict] = []
+        if turn.text:
+            out.append({"type": "message", "id": f"msg_fake_{n:04d}", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": turn.text, "annotations": []}]})
+        for i, c in enumerate(turn.tool_calls):
+            out.append({"type": "function_call", "id": f"fc_fake_{n:04d}_{i}", "status": "completed",
+                        "call_id": c.id or f"call_{n:03d}_{i}", "name": c.name,
+                        "arguments": c.input if isinstance(c.input, str) else json.dumps(c.input)})
+        return out
+
+    @staticmethod
+    def response(turn: Turn, req: Recorded, n: int) -> dict:
+        done = turn.stop_reason is None
+        return {
+            "id": f"resp_fake_{n:04d}", "object": "response", "created_at": 1700000000,
+            "status": "completed" if done else "incomplete",
+            "incomplete_details": None if done else {"reason": turn.stop_reason},
+            "error": None, "model": turn.model or req.body.get("model", ""),
+            "output": Responses.items(turn, n), "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": Responses.usage(turn),
+        }
+
+    @staticmethod
+    def events(turn: Turn, req: Recorded, n: int, fail: Fail | None = None) -> Iterator[bytes]:
+        final = Responses.response(turn, req, n)
+        seq = iter(range(1_000_000))
+
+        def event(kind: str, **data: object) -> bytes:
+            return _sse(kind, {"type": kind, "sequence_number": next(seq), **data})
+
+        start = {**final, "status": "in_progress", "incomplete_details": None, "output": [], "usage": None}
+        yield event("response.created", response=start)
+        yield event("response.in_progress", response=start)
+        if fail is not None:
+            error = {"code": fail.type, "message": fail.message}
+            yield event("response.failed", response={**start, "status": "failed", "error": error})
+            return
+        for index, item in enumerate(final["output"]):
+            yield from Responses.item_events(event, index, item)
+        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        yield event(kind, response=final)
+
+    @staticmethod
+    def item_events(event: Callable[..., bytes], index: int, item: dict) -> Iterator[bytes]:
+        at = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress",
+                                                                                  "content": []})
+            yield event("response.content_part.added", **at, content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []})
+            for piece in _pieces(text):
+                yield event("response.output_text.delta", **at, content_index=0, delta=piece)
+            yield event("response.output_text.done", **at, content_index=0, text=text)
+            yield event("response.content_part.done", **at, content_index=0, part=item["content"][0])
+        else:
+            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress",
+                                                                                  "arguments": ""})
+            for piece in _pieces(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **at, delta=piece)
+            yield event("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        yield event("response.output_item.done", output_index=index, item=item)
+
+    @staticmethod
+    def error(fail: Fail) -> dict:
+        return OpenAI.error(fail)
+
+
 # ---- the server -------------------------------------------------------------------
 
 
@@ -411,6 +501,8 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 api = Anthropic
             elif path.endswith("/chat/completions"):
                 api = OpenAI
+            elif path.endswith("/responses"):
+                api = Responses
             else:
                 self._send(404, {"error": {"message": f"fakeserver: no route {path}"}})
                 return
@@ -419,14 +511,16 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 server._stopping.wait(item.seconds)
                 self.close_connection = True
                 return
-            if isinstance(item, Fail) and not (item.mid_stream and req.stream and api is Anthropic):
+            if isinstance(item, Fail) and not (item.mid_stream and req.stream and api in (Anthropic, Responses)):
                 self._send(item.status, api.error(item), item.headers)
             elif isinstance(item, Fail):
-                self._send_events(Anthropic.events(Turn(), req, n, fail=item))
+                self._send_events(api.events(Turn(), req, n, fail=item))  # type: ignore[union-attr]
             elif req.stream:
                 self._send_events(api.events(item, req, n))
             elif api is Anthropic:
                 self._send(200, Anthropic.message(item, req, n))
+            elif api is Responses:
+                self._send(200, Responses.response(item, req, n))
             else:
                 self._send(200, OpenAI.completion(item, req, n))
 

@@ -28,9 +28,11 @@ from typing import Any, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 
+from agent.agents import join_spec
 from agent.batch.ledger import JobRecord, Ledger, commands_seconds, figures_from_report, load_report
 from agent.batch.plan import PLAN, Plan
 from agent.models.base import Usage
+from agent.run.result import Report
 from agent.util.files import atomic_write
 
 SCHEMA = "perfagent.batch-summary/2"  # 2: tokens are agent.models.base.Usage's fields
@@ -228,10 +230,9 @@ def _record_from_folder(run_dir: Path, report_file: Path) -> JobRecord:
     key = report_file.parent.relative_to(run_dir).as_posix()
     parts = key.split("/")
     report = load_report(report_file)  # corrupt: a done job that graded nothing ("error")
-    if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
-        task, model, sample = parts[0], parts[1], int(parts[2][1:])
-    else:
-        task, model, sample = parts[0], next(iter(report.modelUsage if report else ()), "unknown"), 0
+    sampled = len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit()
+    task, sample = parts[0], int(parts[2][1:]) if sampled else 0
+    model = report_model(report, parts[1] if sampled else None)
     figures = figures_from_report(report) if report is not None else {"verdict": "error"}
     ev = report.evaluation if report is not None else None
     return JobRecord(key=key, task=task, model=model, sample=sample, status="done",
@@ -239,6 +240,14 @@ def _record_from_folder(run_dir: Path, report_file: Path) -> JobRecord:
                      report=report_file.relative_to(run_dir.parent.parent).as_posix(),
                      wall_s=report.duration_ms / 1000 if report is not None else 0.0,
                      commands_s=commands_seconds(report_file.parent), **figures)
+
+
+def report_model(report: Report | None, folder: str | None = None) -> str:
+    """Who ran a job that no ledger names: an external agent by its spec ("claude-code:claude-sonnet-4-5",
+    which a folder slug would flatten into a model name), else the folder's model, else the report's first."""
+    if report is not None and report.agent is not None:
+        return join_spec(report.agent.name, report.agent.model)
+    return folder or next(iter(report.modelUsage if report else ()), "unknown")
 
 
 def summarize_run(run_dir: Path) -> BatchSummary:

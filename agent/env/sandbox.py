@@ -136,7 +136,7 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 # -- the bubblewrap command line ----------------------------------------------------------------
-def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str]) -> list[str]:
+def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: tuple[Path, ...] = ()) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tmp in PRIVATE_TMPS:
         argv += ["--tmpfs", tmp]
@@ -145,7 +145,7 @@ def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str]) -> l
     homes = _hidden_homes()
     for home in homes:
         argv += ["--tmpfs", str(home)]
-    for path in _needed_binds([*homes, *map(Path, PRIVATE_TMPS)], env):
+    for path in [*_needed_binds([*homes, *map(Path, PRIVATE_TMPS)], env), *readable]:
         argv += ["--ro-bind-try", str(path), str(path)]
     for path in (cwd, *writable):
         argv += ["--bind", str(path), str(path)]
@@ -195,11 +195,11 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
     return out
 
 
-def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], env: dict[str, str],
-          limits: ResourceLimits, timeout_s: float) -> list[str]:
+def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
+          env: dict[str, str], limits: ResourceLimits, timeout_s: float) -> list[str]:
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return _bwrap_argv(cwd, writable, env) + shell
+        return _bwrap_argv(cwd, writable, env, readable) + shell
     if mode == "unshare":
         return ["unshare", "-n", "--", *shell]
     return shell
@@ -252,17 +252,21 @@ def run_command(
     env: dict[str, str] | None = None,
     max_output: int = DEFAULT_MAX_OUTPUT,
     writable: tuple[str | Path, ...] = (),
+    readable: tuple[str | Path, ...] = (),
     limits: ResourceLimits | None = None,
+    cancel: threading.Event | None = None,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`, sealed; never raises for the command's own failures.
 
-    `cwd` is writable; so is each folder in `writable` (the caller's own output folders).
+    `cwd` is writable; so is each folder in `writable` (the caller's own output folders); each
+    path in `readable` is mounted back read-only where a hidden folder covers it. Setting `cancel`
+    ends the command as a timeout does (a relay that has seen the budget spent).
     """
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
     mode = isolation().mode
-    argv = _wrap(command, cwd, mode, tuple(Path(os.path.realpath(w)) for w in writable), env,
-                 limits or ResourceLimits.default(), timeout_s)
+    argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
+                 timeout_s)
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
@@ -275,21 +279,40 @@ def run_command(
         os.close(write_fd)
     reader = _CappedReader(read_fd, max_output)
     reader.start()
-    timed_out = False
+    timed_out = cancelled = False
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        cancelled = _wait(proc, start + timeout_s, cancel)
+        timed_out = proc.returncode is None and not cancelled
     finally:
         _kill_group(proc)
         reader.stop_at = time.monotonic() + 2  # unsandboxed, a daemon may hold the pipe open
         reader.join()
         os.close(read_fd)
     text, cut = reader.text()
-    code = proc.returncode if not timed_out else -signal.SIGKILL
+    code = proc.returncode if not (timed_out or cancelled) else -signal.SIGKILL
     if timed_out:
         text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
+    elif cancelled:
+        text += "\n[cancelled; every process of the command killed]"
     return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode)
+
+
+def _real(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
+    return tuple(Path(os.path.realpath(p)) for p in paths)
+
+
+def _wait(proc: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> bool:
+    """Wait for the command until `deadline`; True if `cancel` was set first (the command still runs)."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(left, 0.2 if cancel is not None else left)))
+            return False
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel.is_set():
+                return True
+            if left <= 0:
+                return False
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -28,8 +28,9 @@ from pygments.lexers import DiffLexer
 from agent.batch.summary import BatchSummary, sections
 from agent.checks.render import Row
 from agent.review.load import PatchFile, Results, RunView
-from agent.review.rows import (EMPTY_PATCH, TokenCost, check_rows, fmt_cost, fmt_speedup, fmt_usd, patch_title,
-                               plot_title, run_summary, sample_plot, sort_runs, token_costs, verdict_level)
+from agent.review.rows import (EMPTY_PATCH, ClaimRow, TokenCost, agent_rows, check_rows, claim_rows, contestant,
+                               fmt_cost, fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_summary,
+                               sample_plot, sort_runs, token_costs, verdict_level)
 from agent.util.files import atomic_write
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -76,6 +77,7 @@ class RunCard:
 
     anchor: str
     run: RunView
+    contestant: str  # who ran: the agent and its model, or our loop's model spec
     verdict: str
     level: str
     speedup: str
@@ -87,6 +89,9 @@ class RunCard:
     diffs: list[DiffCard]
     result: str
     costs: list[TokenCost]
+    claims: list[ClaimRow]  # an external agent's sessions: its claim beside our measurement
+    agent_rows: list[Row]
+    claim: str  # the agent's whole final message, untrusted text (the template escapes it)
 
 
 def diff_html(diff: str) -> Markup:
@@ -106,7 +111,7 @@ def _chart(kind: type, title: str, **kw) -> pygal.graph.graph.Graph:
 
 
 def charts(results: Results) -> list[Chart]:
-    """Per model: best speedup on each task, cost by task, and every run's cost against its speedup."""
+    """Per contestant: best speedup on each task, cost by task, and every run's cost against its speedup."""
     s = results.summary
     tasks = sorted({t.task for t in s.tasks})
     models = [m.model for m in s.models]
@@ -115,10 +120,10 @@ def charts(results: Results) -> list[Chart]:
     speed = _chart(pygal.Bar, "best correct speedup per task (x, >1 is faster)", x_title="task")
     speed.x_labels = tasks
     for m in models:
-        speed.add(m, [getattr(rows.get((t, m)), "best_speedup", None) for t in tasks])
+        speed.add(contestant(m), [getattr(rows.get((t, m)), "best_speedup", None) for t in tasks])
 
     cost = _chart(pygal.StackedBar, "cost per model, stacked by task (USD)", fmt=lambda v: f"${v:.3f}")
-    cost.x_labels = models
+    cost.x_labels = [contestant(m) for m in models]
     for t in tasks:
         cost.add(t, [getattr(rows.get((t, m)), "cost_usd", None) for m in models])
 
@@ -127,7 +132,7 @@ def charts(results: Results) -> list[Chart]:
     for m in models:
         pts = [(r.cost_usd, r.speedup) for r in results.runs
                if r.model == m and r.cost_usd is not None and r.speedup is not None]
-        scatter.add(m, pts)
+        scatter.add(contestant(m), pts)
     return [Chart(c.config.title, _svg(c)) for c in (speed, cost, scatter)]
 
 
@@ -136,12 +141,14 @@ def diff_card(p: PatchFile) -> DiffCard:
 
 
 def run_card(i: int, run: RunView) -> RunCard:
-    rep = run.report
-    return RunCard(anchor=f"run-{i}", run=run, verdict=run.verdict, level=verdict_level(run.verdict),
-                   speedup=fmt_speedup(run), cost=fmt_cost(run), ended=run_summary(rep) if rep else "",
-                   checks=check_rows(run), plot=sample_plot(run.perf),
+    rep, agent = run.report, run.agent
+    return RunCard(anchor=f"run-{i}", run=run, contestant=contestant(run.model, agent), verdict=run.verdict,
+                   level=verdict_level(run.verdict), speedup=fmt_speedup(run), cost=fmt_cost(run),
+                   ended=run_summary(rep) if rep else "", checks=check_rows(run), plot=sample_plot(run.perf),
                    plot_title=plot_title(run.perf) if run.perf else "", diffs=[diff_card(p) for p in run.patches],
-                   result=rep.result if rep else "", costs=token_costs(rep))
+                   result=rep.result if rep else "", costs=token_costs(rep),
+                   claims=claim_rows(agent, run.evaluation) if agent else [], agent_rows=agent_rows(run),
+                   claim=printable(agent.claim) if agent else "")
 
 
 def render_html(results: Results, *, generated: dt.datetime | None = None) -> str:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from agent.batch.ledger import JobRecord, Ledger, figures_from_report, load_report
 from agent.batch.plan import PLAN, Plan
-from agent.batch.summary import BatchSummary, summarize, summarize_run
+from agent.batch.summary import BatchSummary, report_model, summarize, summarize_run
 from agent.checks.evaluation import Evaluation, PerfResult
-from agent.run.result import Report, ReportError
+from agent.run.result import AgentRun, Report, ReportError
 from agent.util.files import iter_jsonl
 
 ARTIFACTS = ("report.json", "trajectory.jsonl", "checks.json", "batch.log")
@@ -77,6 +77,11 @@ class RunView:
     @property
     def evaluation(self) -> Evaluation | None:
         return self.report.evaluation if self.report else None
+
+    @property
+    def agent(self) -> AgentRun | None:
+        """The external agent that ran the job (its claims, costs, kept outputs); None for our own loop."""
+        return self.report.agent if self.report else None
 
     @property
     def perf(self) -> PerfResult | None:
@@ -187,8 +192,8 @@ def _job_folders(run_dir: Path) -> list[str]:
 def _split_key(key: str, report: Report | None) -> tuple[str, str, int]:
     parts = key.split("/")
     if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
-        return parts[0], parts[1], int(parts[2][1:])
-    return parts[0], (report.models[0] if report and report.models else "unknown"), 0
+        return parts[0], report_model(report, parts[1]), int(parts[2][1:])
+    return parts[0], report_model(report), 0
 
 
 def _trajectory_model(job_dir: Path) -> str | None:

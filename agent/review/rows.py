@@ -3,22 +3,25 @@
 Checks are `agent.checks.render`'s rows of the evaluation (the very rows `perfagent check`
 prints) plus the few only a run's report has: the batch's status, the verdict, the agent's
 attempts on protected paths. Numbers are formatted here once, so both views read alike.
+An external agent's run adds its claims beside our evidence, worded once here for both.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
-from agent.checks.evaluation import PerfResult
+from agent.agents import OWN_AGENT, split_spec
+from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
 from agent.models.base import Usage
 from agent.review.load import ARTIFACTS, PatchFile, RunView
-from agent.run.result import ModelUsage, PermissionDenial, Report
+from agent.run.result import AgentRound, AgentRun, ModelUsage, PermissionDenial, Report
 
 if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
@@ -100,6 +103,90 @@ def check_rows(run: RunView) -> list[Row]:
 
 def _denial(d: PermissionDenial) -> str:
     return f"{d.tool_name}({d.tool_input.get('path') or ''}): {d.reason}"
+
+
+# -- an external agent: its claims beside our evidence -----------------------------------------------
+CLAIM_LINES = 3  # of the agent's final message, in the claims table; the whole message is kept beside it
+
+
+def contestant(spec: str, agent: AgentRun | None = None) -> str:
+    """Who ran: "claude-code · claude-sonnet-4-5" for an external agent, the model spec for our own loop."""
+    if agent is not None:
+        return f"{agent.name} · {agent.model}"
+    name, model = split_spec(spec)
+    return spec if name == OWN_AGENT or not model else f"{name} · {model}"
+
+
+def printable(text: str) -> str:
+    """The agent's text without control characters: an escape sequence in a claim must not drive a terminal."""
+    return "".join(c for c in text if c in "\n\t" or not unicodedata.category(c).startswith("C"))
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One session of an external agent: what it said when it exited, and what our checks measured."""
+
+    session: str  # "round 1 · exit 0 · 1.0s", and why it ended when not by itself
+    claimed: str  # "claimed: <the first lines of its final message>"
+    measured: str  # "measured: <our verdict> — <the reasons>"
+    level: Level  # the measured verdict's
+
+
+def claim_vs_evidence(claim: str, verdict: str, reasons: list[str]) -> tuple[str, str]:
+    """The wording of "claimed: ..." beside "measured: ...", the one both views print."""
+    lines = [ln.strip() for ln in printable(claim).splitlines() if ln.strip()]
+    more = len(lines) - CLAIM_LINES
+    said = "\n".join(lines[:CLAIM_LINES]) + (f"\n… (+{more} lines)" if more > 0 else "")
+    measured = f"measured: {verdict or 'not graded'}" + (" — " + "; ".join(reasons) if reasons else "")
+    return f"claimed: {said or '(no final message)'}", printable(measured)
+
+
+def evidence_reasons(evidence: str) -> list[str]:
+    """The key findings in a round's evidence (`agent.checks.render.summarize`'s text): its reasons,
+    else its perf line; evidence that is no evaluation (the agent left no change) is its own reason."""
+    lines = evidence.strip().splitlines()
+    if not lines or not lines[0].startswith("verdict:"):
+        return lines[:1]
+    reasons = [ln[2:] for ln in lines if ln.startswith("- ")]
+    return reasons or [ln for ln in lines if ln.startswith("perf: ")][:1]
+
+
+def _session(r: AgentRound) -> str:
+    exit_code = "no exit code" if r.exit_code is None else f"exit {r.exit_code}"
+    return f"round {r.round} · {exit_code} · {r.duration_ms / 1000:.1f}s" + (f"\nended: {r.note}" if r.note else "")
+
+
+def _claim_row(session: str, claim: str, verdict: str, reasons: list[str]) -> ClaimRow:
+    claimed, measured = claim_vs_evidence(claim, verdict, reasons)
+    return ClaimRow(session, claimed, measured, verdict_level(verdict or "error"))
+
+
+def claim_rows(agent: AgentRun, evaluation: Evaluation | None) -> list[ClaimRow]:
+    """Each session's claim beside our grading of its diff; without sessions, the last claim beside the final grade."""
+    if agent.rounds:
+        return [_claim_row(_session(r), r.claim, r.verdict, evidence_reasons(r.evidence)) for r in agent.rounds]
+    if evaluation is None:
+        return [_claim_row("final", agent.claim, "", ["no evaluation in report.json"])]
+    return [_claim_row("final", agent.claim, evaluation.verdict, evaluation.reasons)]
+
+
+def agent_rows(run: RunView) -> list[Row]:
+    """Who the agent was, its own cost against the relay's, what the relay refused, where its outputs are kept."""
+    agent, rep = run.agent, run.report
+    if agent is None or rep is None:
+        return []
+    own = "not reported" if agent.own_cost_usd is None else fmt_usd(agent.own_cost_usd)
+    cost = f"its own figure {own} vs relay-metered {fmt_usd(rep.total_cost_usd)} (the one counted)"
+    note = f" — {agent.cost_note}" if agent.cost_note else ""
+    refused = [printable(r) for r in agent.refused]
+    rows = [Row("agent", f"{agent.name} {agent.version or '(version unknown)'} · model {agent.model}"),
+            Row("cost", cost + note, "warn" if note else "ok"),
+            Row("refused network", "; ".join(refused) if refused else "none", "warn" if refused else "ok")]
+    for name, rel in agent.files.items():
+        path = run.dir / rel
+        rows.append(Row(f"kept {name}", str(path) + ("" if path.is_file() else " (missing)"),
+                        "info" if path.is_file() else "warn"))
+    return rows
 
 
 # -- diffs ----------------------------------------------------------------------------------------------

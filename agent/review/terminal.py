@@ -12,8 +12,9 @@ from rich.text import Text
 from agent.batch.summary import summary_tables
 from agent.checks.render import LEVEL_STYLE, rows_table
 from agent.review.load import PatchFile, Results, ReviewError, RunView
-from agent.review.rows import (EMPTY_PATCH, SortKey, check_rows, fmt_cost, fmt_speedup, fmt_usd, patch_title,
-                               plot_title, run_summary, sample_plot, sort_runs, token_costs, verdict_level)
+from agent.review.rows import (EMPTY_PATCH, SortKey, agent_rows, check_rows, claim_rows, contestant, fmt_cost,
+                               fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_summary, sample_plot,
+                               sort_runs, token_costs, verdict_level)
 from agent.run.result import Report
 
 
@@ -28,8 +29,8 @@ def runs_table(results: Results, runs: list[RunView]) -> Table:
                     ("turns", {"justify": "right"})):
         t.add_column(col, **kw)
     for r in runs:
-        t.add_row(r.key, r.task, r.model, f"s{r.sample}", _verdict_text(r.verdict), fmt_speedup(r),
-                  fmt_cost(r), "-" if r.turns is None else str(r.turns))
+        t.add_row(r.key, r.task, contestant(r.model, r.agent), f"s{r.sample}", _verdict_text(r.verdict),
+                  fmt_speedup(r), fmt_cost(r), "-" if r.turns is None else str(r.turns))
     return t
 
 
@@ -51,10 +52,26 @@ def _cost_table(report: Report) -> Table | None:
     return ct
 
 
+def _claims_panel(run: RunView) -> Panel | None:
+    """The agent's words beside our measurements, session by session, then its cost, refusals and files."""
+    if run.agent is None:
+        return None
+    claims = Table(show_header=False, show_lines=True, expand=True)
+    claims.add_column("session", style="bold", no_wrap=True)
+    claims.add_column("claimed", overflow="fold", ratio=1)
+    claims.add_column("measured", overflow="fold", ratio=1)
+    for c in claim_rows(run.agent, run.evaluation):
+        claims.add_row(c.session, Text(c.claimed), Text(c.measured, style=LEVEL_STYLE[c.level]))
+    return Panel(Group(claims, rows_table(agent_rows(run), show_header=False)),
+                 title=f"claims vs evidence: {contestant(run.model, run.agent)}", title_align="left")
+
+
 def run_detail(run: RunView) -> Group:
-    """Everything about one run: checks, perf samples, the diffs, the agent's summary, the cost."""
+    """Everything about one run: checks, an external agent's claims against them, perf samples, the diffs,
+    the agent's summary, the cost."""
     rep = run.report
-    head = Text.assemble((f"{run.key}", "bold"), f"  task {run.task} · model {run.model} · sample s{run.sample} · ",
+    head = Text.assemble((f"{run.key}", "bold"),
+                         f"  task {run.task} · model {contestant(run.model, run.agent)} · sample s{run.sample} · ",
                          _verdict_text(run.verdict))
     if rep is not None:
         head.append(f"\n{run_summary(rep)}, cost {fmt_usd(rep.total_cost_usd)}")
@@ -62,13 +79,16 @@ def run_detail(run: RunView) -> Group:
         head.append(f"\nbatch: {run.record.status}: {run.record.reason}", style="yellow")
     parts: list[RenderableType] = [Panel(head, expand=False),
                                    rows_table(check_rows(run), title="checks", show_header=False)]
+    claims = _claims_panel(run)
+    if claims is not None:
+        parts.append(claims)
     plot = sample_plot(run.perf)
     if plot and run.perf is not None:
         parts.append(Panel(Text(plot), title=plot_title(run.perf), expand=False, title_align="left"))
     parts += [_patch_panel(p) for p in run.patches]
     if rep is not None:
         if rep.result:
-            parts.append(Panel(Markdown(rep.result), title="agent's final summary", title_align="left"))
+            parts.append(Panel(Markdown(printable(rep.result)), title="agent's final summary", title_align="left"))
         costs = _cost_table(rep)
         if costs is not None:
             parts.append(costs)

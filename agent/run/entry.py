@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.markup import escape
 
+from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
 from agent.env.workspace import PatchError, WorkspaceError
 from agent.models.base import ModelError
 from agent.options import RunOptions
@@ -29,8 +31,9 @@ if TYPE_CHECKING:
     from agent.run.runner import RunResult
 
 EXIT_BAD_INPUT = 2
-# Providers whose models are real, untrusted agents: their commands run only in a complete sandbox.
-API_PROVIDERS = ("anthropic", "openai")
+# Providers whose models are real, untrusted agents, and the external agents: they run only in a
+# complete sandbox (an external agent's only network is the relay, which needs it too).
+API_PROVIDERS = ("anthropic", "openai", *EXTERNAL_AGENTS)
 Display = Literal["summary", "json", "quiet"]
 
 
@@ -44,7 +47,8 @@ class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task_file: str
-    model: str = "rules"  # rules | anthropic[:M] | openai:M | replay:FILE
+    agent: str = OWN_AGENT  # perfagent (our loop) | claude-code | codex | mini-swe-agent
+    model: str = ""  # our loop: rules | anthropic[:M] | openai:M | replay:FILE (or "<agent>:<model>"); else the agent's model
     options: RunOptions = RunOptions()
     run_id: str | None = None  # None: a new one
     job: str | None = None  # results sub-folder; None: the task id
@@ -56,7 +60,7 @@ def guarded(call: Callable[[], int]) -> int:
     err = Console(stderr=True)
     try:
         return call()
-    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError) as e:
+    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError) as e:
         err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
@@ -73,6 +77,7 @@ def guarded(call: Callable[[], int]) -> int:
 def run_request(request: RunRequest, out: Console, display: Display = "summary") -> int:
     """Run one task: 0 for a run that ended in success, 1 for an error subtype, 128 + signal if interrupted."""
     from agent.run.exits import signal_exit_code
+    from agent.run.external import run_external
     from agent.run.model_spec import make_model
     from agent.run.names import new_run_id
     from agent.run.progress import RunProgress
@@ -87,18 +92,29 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     if request.job is None:
         check_job(task.id)  # the default job name
     opts = request.options
-    model = make_model(request.model, base_url=opts.base_url, stream=opts.stream, task=task)
-    require_sandbox([request.model], opts.allow_unsandboxed)
+    agent_name, model_spec = (split_spec(request.model) if request.agent == OWN_AGENT
+                              else (request.agent, request.model))
     kwargs = dict(out_dir=Path(request.out_dir), run_id=request.run_id or new_run_id(), job=request.job,
                   prices=opts.price_table(), limits=opts.limits(task), lock_dir=opts.lock_dir,
                   keep_workspace=opts.keep_workspace)
+    if agent_name == OWN_AGENT:
+        model = make_model(model_spec or "rules", base_url=opts.base_url, stream=opts.stream, task=task)
+        require_sandbox([model_spec], opts.allow_unsandboxed)
+        label, run = model.name, partial(run_task, task, model, **kwargs)
+    else:
+        if opts.rounds < 1:
+            raise UserError("--rounds must be at least 1")
+        agent = make_agent(agent_name, model_spec)
+        require_sandbox([agent_name], opts.allow_unsandboxed)
+        label = f"{agent.name} · {agent.model}"
+        run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
     err = Console(stderr=True)
     with _signals_interrupt():
         if display != "summary":
-            result = run_task(task, model, **kwargs)
+            result = run()
         else:
-            with RunProgress(err, f"{task.id} · {model.name}") as progress:
-                result = run_task(task, model, on_event=progress, **kwargs)
+            with RunProgress(err, f"{task.id} · {label}") as progress:
+                result = run(on_event=progress)
     report = result.report
     if display == "json":
         print(report.to_json(), end="")

@@ -68,6 +68,13 @@ class ModelFailed(RunEnded):
         super().__init__(f"model error: {error}")
 
 
+class AgentFailed(RunEnded):
+    """An external agent could not run, or ended abnormally (missing, crashed, printed no result)."""
+
+    def __init__(self, agent: str, why: str):
+        super().__init__(f"{agent}: {first_line(why)}" if not why.startswith(f"{agent}:") else first_line(why))
+
+
 class Interrupted(RunExit, KeyboardInterrupt):
     """SIGINT or SIGTERM, raised in the main thread so every `finally` on the way out runs.
 

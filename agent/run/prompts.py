@@ -1,7 +1,8 @@
 """What the harness says to the model, apart from the task's own prompt.
 
-The system prompt is a template file beside this module (system_prompt.md, `str.format`
-fields), so it can be edited without touching the loop.
+The prompts are template files beside this module (`str.format` fields), so they can be edited
+without touching the loop: system_prompt.md for our loop, agent_prompt.md for an external agent
+(the task's prompt and our rules, as its first instruction).
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from pathlib import Path
 from agent.task import Task
 
 SYSTEM_PROMPT_FILE = Path(__file__).with_name("system_prompt.md")
+AGENT_PROMPT_FILE = Path(__file__).with_name("agent_prompt.md")
 # Sent once when a reply makes no tool call; a second such reply ends the run.
 NUDGE = "Use the tools to work on the task; call `submit` when you are done."
+
+
+def agent_prompt(task: Task) -> str:
+    """An external agent's first instruction for `task`."""
+    return system_prompt(task, AGENT_PROMPT_FILE)
 
 
 def system_prompt(task: Task, template: Path = SYSTEM_PROMPT_FILE) -> str:

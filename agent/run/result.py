@@ -94,6 +94,37 @@ class PermissionDenial(BaseModel):
     reason: str = ""
 
 
+class AgentRound(BaseModel):
+    """One session of an external agent: what it said when it exited, and what our checks measured."""
+
+    round: int
+    exit_code: int | None = None
+    duration_ms: int = 0
+    claim: str = ""  # the agent's final message, its own words
+    own_cost_usd: float | None = None  # what the agent said this session cost
+    verdict: str = ""  # our grading of its diff after this session
+    evidence: str = ""  # the checks' summary of that grading
+    note: str = ""  # why the session ended, when not by itself (budget, time, crash)
+
+
+class AgentRun(BaseModel):
+    """An external agent (Claude Code, Codex, mini-swe-agent) run sealed: its claims beside our evidence.
+
+    Cost and tokens at the top of the report come from the metering relay; `own_cost_usd` is the
+    agent's own figure, kept for comparison, and `cost_note` says when the two disagree.
+    """
+
+    name: str
+    model: str
+    version: str = ""
+    claim: str = ""  # its last final message
+    own_cost_usd: float | None = None
+    cost_note: str = ""
+    rounds: list[AgentRound] = []
+    refused: list[str] = []  # what the relay refused: other hosts, other paths
+    files: dict[str, str] = {}  # kept outputs (stdout, result JSON, final diff), relative to the report
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="allow")  # what a newer writer adds survives a read and a rewrite
 
@@ -111,6 +142,7 @@ class Report(BaseModel):
     permission_denials: list[PermissionDenial] = []
     uuid: str = ""
     evaluation: Evaluation | None = None
+    agent: AgentRun | None = None  # set for an external agent's run
 
     @classmethod
     def parse(cls, data: Any) -> "Report":

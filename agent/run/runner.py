@@ -152,14 +152,14 @@ def run_task(
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)
             if outcome.interrupted is None:
-                emission = _final(ws, candidates, checker, outcome, on_event)
+                emission = final_emission(ws, candidates, checker, outcome, on_event)
         except KeyboardInterrupt as e:  # before the loop, or during the final evaluation
             outcome.end(as_interrupted(e))
             outcome.duration_s = time.monotonic() - start
             (trajectory or Trajectory(paths.trajectory)).add("interrupted", turn=outcome.num_turns,
                                                              signal=outcome.interrupted)
         if outcome.interrupted is not None:
-            emission = _salvage(candidates, outcome.interrupted)
+            emission = salvage_emission(candidates, outcome.interrupted)
         outcome.warnings += unsealed
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=session_id, evaluation=emission.evaluation,
@@ -194,7 +194,7 @@ def isolation_warnings() -> list[str]:
     return [f"not isolated ({iso.mode} sandbox): {aspect}" for aspect in iso.missing]
 
 
-def _salvage(candidates: Candidates, signal_name: str) -> Emission:
+def salvage_emission(candidates: Candidates, signal_name: str) -> Emission:
     """What an interrupted run emits, grading nothing new: the best passing candidate with the
     evaluation it already has, else nothing (an unchecked change is never emitted)."""
     best = candidates.best_passing()
@@ -206,7 +206,7 @@ def _salvage(candidates: Candidates, signal_name: str) -> Emission:
     return Emission(diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}))
 
 
-def _final(ws: Workspace, candidates: Candidates, checker: Checker, outcome: Outcome,
+def final_emission(ws: Workspace, candidates: Candidates, checker: Checker, outcome: Outcome,
            on_event: Callable[[str, dict], None]) -> Emission:
     """The best passing candidate with its full evaluation; nothing when the agent ended with no
     change; when none passed (or the best failed its full evaluation), the change goes to rejected.diff."""

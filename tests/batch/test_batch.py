@@ -299,6 +299,32 @@ def test_summarize_run_without_ledger(tmp_path):
     assert m.cost_usd == pytest.approx(0.2) and m.model_s == 1.0 and s.samples == 2
 
 
+def test_an_external_agents_jobs_group_under_its_spec(tmp_path):
+    """Claude Code and our loop on the same API model are two contestants, labelled by their specs."""
+    agent = {"name": "claude-code", "model": "claude-sonnet-4-5", "version": "2.1.330"}
+    run_dir = tmp_path / "results" / "solo"
+    for folder, extra in (("claude-code-claude-sonnet-4-5", {"agent": agent}), ("anthropic-claude-sonnet-4-5", {})):
+        d = run_dir / "t1" / folder / "s0"
+        d.mkdir(parents=True)
+        (d / "report.json").write_text(json.dumps({
+            "type": "result", "total_cost_usd": 0.1, "modelUsage": {"claude-sonnet-4-5": {"costUSD": 0.1}},
+            "evaluation": {"verdict": "fail"}, **extra}))
+    s = summarize_run(run_dir)
+    assert sorted(m.model for m in s.models) == ["anthropic-claude-sonnet-4-5", "claude-code:claude-sonnet-4-5"]
+    assert "| claude-code:claude-sonnet-4-5 | 1 | 0 (0%)" in summary_markdown(s)
+    assert [t.model for t in s.tasks] == ["anthropic-claude-sonnet-4-5", "claude-code:claude-sonnet-4-5"]
+    (single,) = summarize_run(_single_run(tmp_path, agent)).models  # `perfagent run --agent`: no folder names it
+    assert single.model == "claude-code:claude-sonnet-4-5"
+
+
+def _single_run(tmp_path: Path, agent: dict) -> Path:
+    d = tmp_path / "results" / "one" / "t1"
+    d.mkdir(parents=True)
+    (d / "report.json").write_text(json.dumps({"type": "result", "modelUsage": {"claude-sonnet-4-5": {}},
+                                               "agent": agent}))
+    return d.parent
+
+
 def test_cli_errors_are_one_line(project, capsys):
     root, tasks, models = project
     assert main(["batch", str(tasks), "--resume"]) == 2

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.summary import BatchSummary
+from agent.batch.summary import BatchSummary, summarize_run, write_summary
 from agent.cli import main
 from agent.review.html import render_html, summary_sections, write_html
 from agent.review.load import load_results
 from helpers import DIFF, SONNET, Job, make_batch, write_job
+
+AGENT = "claude-code:claude-sonnet-4-5"
+HOSTILE = "All good <script>alert(1)</script> & <b>safe</b>\x1b[2J\nNo risk of uninitialized memory access."
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -127,6 +130,45 @@ def test_a_rejected_change_is_labelled_not_emitted(batch):
     assert "rejected.diff" in card and 'class="gi"' in card  # the failing state, highlighted
 
 
+@pytest.fixture
+def agent_batch(tmp_path, write_agent_job) -> tuple[Path, str]:
+    """Our loop against Claude Code on one task; Claude Code's claim is hostile markup, and wrong."""
+    job = Job("cuda-graph-buffers", AGENT, 0, verdict="fail", speedup=None)
+    run_dir = make_batch(tmp_path, damage=False, jobs=[Job("cuda-graph-buffers", SONNET, 0), job])
+    write_agent_job(tmp_path, "batch-a", job, claim=HOSTILE)
+    write_summary(run_dir, summarize_run(run_dir))
+    html = tmp_path / "agents.html"
+    write_html(load_results(run_dir), html)
+    return html, html.read_text(encoding="utf-8")
+
+
+def test_claims_beside_evidence_per_run_escaped(agent_batch):
+    _, html = agent_batch
+    page = Page(html)
+    assert page.scripts == 0 and "<script>alert" not in html and "<b>safe" not in html and "\x1b" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;b&gt;safe&lt;/b&gt;" in html  # shown, as text
+    models = {row[0]: row[2] for row in page.tables["run-list"][1:]}
+    assert models == {"cuda-graph-buffers/anthropic-claude-sonnet-4-5/s0": SONNET,
+                      "cuda-graph-buffers/claude-code-claude-sonnet-4-5/s0": "claude-code · claude-sonnet-4-5"}
+    assert "run-1-claims" not in page.tables  # our own loop makes no claims to check
+    ((session, claimed, measured),) = page.tables["run-2-claims"]
+    assert session.startswith("round 1 · exit 0")
+    assert claimed == ("claimed: All good <script>alert(1)</script> & <b>safe</b>[2J\n"
+                       "No risk of uninitialized memory access.")
+    assert measured.startswith("measured: fail — tests fail with uninitialised memory poisoned")
+    agent = dict(page.tables["run-2-agent"])
+    assert agent["agent"] == "claude-code 2.1.330 · model claude-sonnet-4-5"
+    assert "its own figure $0.0500 vs relay-metered $" in agent["cost"] and "claude-code reported" in agent["cost"]
+    assert agent["refused network"] == "CONNECT example.com:443"
+    assert agent["kept final_diff"].endswith("claude-code-claude-sonnet-4-5/s0/agent/final.diff")
+
+
+def test_contestants_are_labelled_in_the_charts(agent_batch):
+    _, html = agent_batch
+    charts = html.split('id="charts"', 1)[1].split('id="runs"', 1)[0]
+    assert "claude-code · claude-sonnet-4-5" in charts and SONNET in charts
+
+
 def test_cli_report(tmp_path, capsys):
     run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", "rules", 0)])
     out = tmp_path / "r.html"
@@ -206,3 +248,29 @@ def test_report_in_headless_chromium(batch, tmp_path):
         driver.quit()
     assert all(p.stat().st_size > 10_000 for p in (top, chart_shot, run_shot, rejected_shot))
     print(f"\nscreenshots: {top} {chart_shot} {run_shot} {rejected_shot}")
+
+
+def test_claims_in_headless_chromium(agent_batch, tmp_path):
+    html_path, _ = agent_batch
+    from selenium.webdriver.common.by import By
+
+    driver = _driver()
+    shot = tmp_path / "report-claims.png"
+    try:
+        driver.get(html_path.as_uri())
+        card = driver.find_element(By.CSS_SELECTOR, 'article[data-key^="cuda-graph-buffers/claude-code"]')
+        block = card.find_element(By.CSS_SELECTOR, "section.claims")
+        driver.execute_script("arguments[0].scrollIntoView()", block)
+        assert block.is_displayed() and "claims vs evidence: claude-code · claude-sonnet-4-5" in block.text
+        claimed = block.find_element(By.CSS_SELECTOR, "td.claimed")
+        measured = block.find_element(By.CSS_SELECTOR, "td.measured")
+        assert "<script>alert(1)</script>" in claimed.text  # the agent's markup is text on the page
+        assert claimed.text.count("\n") == 1  # its lines kept
+        assert claimed.location["y"] == measured.location["y"]  # side by side
+        assert measured.value_of_css_property("color") == "rgba(197, 34, 31, 1)"  # var(--bad)
+        assert not card.find_elements(By.TAG_NAME, "b") and not driver.find_elements(By.TAG_NAME, "script")
+        driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+    assert shot.stat().st_size > 10_000
+    print(f"\nscreenshot: {shot}")

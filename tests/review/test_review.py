@@ -3,7 +3,8 @@
 The fixture writes report.json with the report writer itself, evaluations from the checks'
 own models, the ledger with the batch's Ledger and summary.json with its summary writer, so
 the views are tested against exactly what a batch leaves behind, including a corrupt
-report.json and a job folder whose report.json is missing.
+report.json and a job folder whose report.json is missing. An external agent's job is
+`write_agent_job`'s (conftest.py): its claims, rounds and kept outputs as `agent.run.external` writes them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -18,14 +20,18 @@ from rich.console import Console
 from agent.batch.driver import model_slug
 from agent.batch.ledger import JobRecord, Ledger
 from agent.batch.plan import Plan, PlannedJob
-from agent.checks.evaluation import PerfResult
+from agent.batch.summary import summarize_run, write_summary
+from agent.checks.evaluation import Evaluation, PerfResult
+from agent.checks.render import summarize
 from agent.cli import main
 from agent.review.compare import compare_results, render_compare
 from agent.review.load import Results, load_results
-from agent.review.rows import sample_plot, sort_runs, token_costs
+from agent.review.rows import claim_rows, claim_vs_evidence, evidence_reasons, sample_plot, sort_runs, token_costs
 from agent.review.terminal import render_review
-from agent.run.result import ModelUsage, Report
-from helpers import SONNET, Job, default_jobs, make_batch, write_job
+from agent.run.result import AgentRound, AgentRun, ModelUsage, Report
+from helpers import SONNET, Job, default_jobs, evaluation, make_batch, write_job
+
+AGENT = "claude-code:claude-sonnet-4-5"
 
 def text_of(results: Results, **kw) -> str:
     console = Console(width=240, record=True, file=io.StringIO(), color_system=None)
@@ -191,6 +197,94 @@ def test_token_costs_add_up_to_the_reported_cost(tmp_path):
     assert {r.kind for r in rows} == {"input", "output", "cache write 5m", "cache read"}
     assert sum(r.usd for r in rows) == pytest.approx(report.total_cost_usd, rel=1e-12)
     assert token_costs(Report(modelUsage={"mystery-model": ModelUsage(inputTokens=5)}))[0].usd is None
+
+
+# -- an external agent: its claims beside our evidence ----------------------------------------------------
+def agent_batch(tmp_path, write_agent_job) -> tuple[Path, Report]:
+    """Our loop and Claude Code on one task; Claude Code's claim is contradicted by the poison run."""
+    job = Job("cuda-graph-buffers", AGENT, 0, verdict="fail", speedup=None)
+    run_dir = make_batch(tmp_path, damage=False, jobs=[Job("cuda-graph-buffers", SONNET, 0), job])
+    report = write_agent_job(tmp_path, "batch-a", job)
+    write_summary(run_dir, summarize_run(run_dir))
+    return run_dir, report
+
+
+def test_the_run_list_names_the_agent_and_the_summary_groups_it_under_its_spec(tmp_path, write_agent_job):
+    run_dir, _ = agent_batch(tmp_path, write_agent_job)
+    res = load_results(run_dir)
+    assert sorted(m.model for m in res.summary.models) == sorted([SONNET, AGENT])
+    text = text_of(res)
+    row = next(line for line in text.splitlines() if "claude-code-claude-sonnet-4-5/s0" in line)
+    assert "claude-code · claude-sonnet-4-5" in row and "fail" in row
+    assert "claims vs evidence" not in text  # the list only; details need --task
+
+
+def test_claims_beside_evidence_in_the_detail(tmp_path, write_agent_job):
+    run_dir, report = agent_batch(tmp_path, write_agent_job)
+    (run_dir / "cuda-graph-buffers/claude-code-claude-sonnet-4-5/s0/agent/round-1.result.json").unlink()
+    text = text_of(load_results(run_dir), task="cuda-graph-buffers")
+    ours, theirs = text.split("claims vs evidence: claude-code · claude-sonnet-4-5", 1)
+    assert "claims vs evidence" not in ours  # our own loop's run has no claims section
+    flat = " ".join(theirs.split())
+    assert "claimed: Changed every torch.zeros" in flat and "No risk of uninitialized memory access" in flat
+    assert "measured: fail — tests fail with uninitialised memory poisoned" in flat
+    assert "test_replay[decode-bs1]" in flat and "round 1 · exit 0 · 1.0s" in flat
+    assert (f"its own figure $0.0500 vs relay-metered ${report.total_cost_usd:.4f} (the one counted) "
+            "— claude-code reported $0.050000") in flat
+    assert "refused network │ CONNECT example.com:443" in flat
+    kept = run_dir / "cuda-graph-buffers/claude-code-claude-sonnet-4-5/s0/agent"
+    assert f"{kept}/round-1.stdout.txt" in flat and f"{kept}/final.diff" in flat
+    assert f"{kept}/round-1.result.json (missing)" in flat
+
+
+def test_a_single_agent_run_is_named_by_its_spec(tmp_path, write_agent_job):
+    write_agent_job(tmp_path, "solo", Job("cuda-graph-buffers", AGENT, 0, verdict="fail"), key="cuda-graph-buffers")
+    res = load_results(tmp_path / "results" / "solo")
+    assert [(r.model, r.verdict) for r in res.runs] == [(AGENT, "fail")]
+    assert [m.model for m in res.summary.models] == [AGENT]  # not its API model: our loop may run that one too
+    text = text_of(res)
+    assert "model claude-code · claude-sonnet-4-5" in text and "claims vs evidence" in text
+
+
+def test_claim_vs_evidence_wording():
+    claimed, measured = claim_vs_evidence("one\n\ntwo\nthree\nfour\nfive", "fail", ["a fails", "b fails"])
+    assert claimed == "claimed: one\ntwo\nthree\n… (+2 lines)"
+    assert measured == "measured: fail — a fails; b fails"
+    assert claim_vs_evidence("", "", []) == ("claimed: (no final message)", "measured: not graded")
+    claimed, _ = claim_vs_evidence("done\x1b[2J\x07 <b>", "pass", [])
+    assert claimed == "claimed: done[2J <b>"  # no escape sequence reaches the terminal; markup is text
+    assert claim_vs_evidence("x", "fail", ["test_\x1b]0;pwned\x07a"])[1] == "measured: fail — test_]0;pwneda"
+
+
+def test_evidence_reasons_come_from_the_checks_summary():
+    failing = Evaluation.model_validate(evaluation(Job("t", AGENT, 0, verdict="fail"), 0))
+    assert evidence_reasons(summarize(failing)) == ["the run is fail"]
+    passing = Evaluation.model_validate(evaluation(Job("t", AGENT, 0, speedup=1.8), 0))
+    (perf,) = evidence_reasons(summarize(passing))
+    assert perf.startswith("perf: faster: init_ms") and "speedup" in perf
+    assert evidence_reasons("the agent left no change") == ["the agent left no change"]
+
+
+def test_every_round_and_why_it_ended(tmp_path, write_agent_job):
+    fail = Evaluation(verdict="fail", reasons=["tests fail: tests/test_graph.py::test_replay"])
+    rounds = [AgentRound(round=1, exit_code=0, duration_ms=2000, claim="All safe.", verdict="fail",
+                         evidence=summarize(fail)),
+              AgentRound(round=2, exit_code=None, duration_ms=900_000, claim="", verdict="no-change",
+                         evidence="the agent left no change", note="timed out after 900s")]
+    rows = claim_rows(AgentRun(name="codex", model="gpt-5", rounds=rounds), None)
+    assert [(r.level, r.measured) for r in rows] == [
+        ("bad", "measured: fail — tests fail: tests/test_graph.py::test_replay"),
+        ("info", "measured: no-change — the agent left no change")]
+    assert rows[1].session == "round 2 · no exit code · 900.0s\nended: timed out after 900s"
+    # no session ran (the agent could not start): its last claim beside the final grade
+    (final,) = claim_rows(AgentRun(name="codex", model="gpt-5", claim="x"), fail)
+    assert (final.session, final.measured) == ("final",
+                                                "measured: fail — tests fail: tests/test_graph.py::test_replay")
+    (ungraded,) = claim_rows(AgentRun(name="codex", model="gpt-5"), None)
+    assert (ungraded.claimed, ungraded.level) == ("claimed: (no final message)", "bad")
+    write_agent_job(tmp_path, "r", Job("t", AGENT, 0, verdict="fail"), rounds=rounds)
+    flat = " ".join(text_of(load_results(tmp_path / "results" / "r")).split())
+    assert "ended: timed out after 900s" in flat and "claimed: All safe." in flat
 
 
 # -- compare ---------------------------------------------------------------------------------------------

@@ -1,0 +1,5 @@
+"""The one error every part of agent.agents raises for the user (its own module: no import cycle)."""
+
+
+class AgentError(Exception):
+    """An agent that cannot be run (unknown, not installed, wrong version): one line for the user."""

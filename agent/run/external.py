@@ -1,0 +1,258 @@
+"""One run of an external agent: sealed in the sandbox, metered by the relay, graded by our checks.
+
+    workspace -> relay up -> round 1: the agent with the task prompt and our rules -> grade its diff
+              -> round 2..N (while it fails): the same agent, resumed, told what the checks found
+              -> the best passing candidate emitted, the agent's claims beside our evidence
+
+The agent's sessions run in the sandbox with the workspace and a HOME of their own writable,
+and no network but the relay; cost and tokens are the relay's, the agent's own figures are
+kept for comparison. Whatever goes wrong (the agent missing, too old, crashing, hanging, over
+budget, interrupted), report.json is written and says why in one line.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from agent.agents import AgentError
+from agent.agents.base import AgentResult, ExternalAgent, Session
+from agent.agents.relay import Meter, Relay, RelayError, Upstream, bridge_command
+from agent.checks import Checker, Evaluation, summarize
+from agent.env.sandbox import CommandResult, base_env, run_command
+from agent.env.workspace import Workspace
+from agent.models.pricing import PriceTable
+from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut, as_interrupted
+from agent.run.loop import Limits, Outcome, Trajectory
+from agent.run.prompts import agent_prompt
+from agent.run.result import AgentRound, AgentRun
+from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,
+                              report_of, salvage_emission)
+from agent.task import Task
+from agent.util.files import atomic_write, write_json
+from agent.util.text import first_line, tail
+
+DEFAULT_ROUNDS = 2
+MAX_AGENT_OUTPUT = 4 << 20
+# A Unix socket's path must fit in 108 bytes: the relay's lives in a short folder, not under TMPDIR.
+SOCKET_PARENT = "/tmp"
+# The agent's own cost and ours agree when within this fraction (rounding in its own figures).
+COST_TOLERANCE = 0.005
+
+
+@dataclass
+class Sealed:
+    """Where one agent runs: its workspace, its HOME, its output folder and the relay's socket."""
+
+    ws: Workspace
+    home: Path
+    out: Path
+    socket: Path
+
+
+def run_external(
+    task: Task,
+    agent: ExternalAgent,
+    *,
+    out_dir: Path,
+    run_id: str,
+    job: str | None = None,
+    prices: PriceTable,
+    limits: Limits | None = None,
+    rounds: int = DEFAULT_ROUNDS,
+    base_url: str | None = None,
+    lock_dir: Path | None = None,
+    keep_workspace: bool = False,
+    on_event: Callable[[str, dict], None] = lambda kind, data: None,
+) -> RunResult:
+    """Run `agent` on `task` for up to `rounds` sessions; write report.json, the diff and the agent's outputs."""
+    limits = limits or Limits.of(task)
+    paths = RunPaths.of(out_dir, run_id, job or task.id)
+    kept = paths.report.parent / "agent"
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
+    relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-", dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
+    checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
+    candidates = Candidates()
+    meter = Meter(prices, max_cost_usd=limits.max_cost_usd, deadline=start + limits.timeout_s)
+    trajectory = Trajectory(paths.trajectory)
+    run = AgentRun(name=agent.name, model=agent.model)
+    outcome = Outcome()
+    checks_log: list[dict] = []
+    ws: Workspace | None = None
+    emission: Emission | None = None
+
+    def grade(diff: str) -> Evaluation:
+        on_event("checks", {"full": True})
+        ev = checker.evaluate(diff, quick=False, reference=True)
+        candidates.add(diff, ev, True)
+        checks_log.append({"time": time.time(), "full": True, "evaluation": ev.model_dump(mode="json")})
+        write_json(paths.checks, checks_log)
+        return ev
+
+    try:
+        try:
+            binary = agent.locate()
+            run.version = agent.version(binary)
+            upstream = Upstream.of(agent.provider, base_url)
+            ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
+            sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock")
+            with Relay(upstream, meter, sealed.socket, log=lambda r: trajectory.add("relay", **r)):
+                why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
+            outcome.end(why)
+            emission = final_emission(ws, candidates, checker, outcome, on_event)
+        except (AgentError, RelayError) as e:
+            outcome.end(AgentFailed(agent.name, str(e)))
+        except KeyboardInterrupt as e:
+            outcome.end(as_interrupted(e))
+            trajectory.add("interrupted", signal=outcome.interrupted)
+        if outcome.interrupted is not None:
+            emission = salvage_emission(candidates, outcome.interrupted)
+        if emission is None:
+            emission = Emission("", "", Evaluation(verdict="error", error=outcome.result))
+        if ws is not None:
+            atomic_write(kept / "final.diff", ws.diff())
+            run.files["final_diff"] = "agent/final.diff"
+        _account(outcome, meter, run, start)
+        emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
+        report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
+                           permission_denials=[]).model_copy(update={"agent": run})
+        emission.write(paths)
+        report.write(paths.report)
+    finally:
+        try:
+            checker.close()
+        finally:
+            shutil.rmtree(relay_dir, ignore_errors=True)
+            if not keep_workspace:
+                shutil.rmtree(work, ignore_errors=True)
+    return RunResult(report, paths, outcome)
+
+
+def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, rounds: int, limits: Limits,
+            meter: Meter, run: AgentRun, kept: Path, grade: Callable[[str], Evaluation],
+            on_event: Callable[[str, dict], None], start: float) -> RunExit:
+    """The agent's sessions, each graded; why they ended (success: it stopped by itself)."""
+    prompt, resume_id = agent_prompt(task), None
+    why: RunExit = AgentFailed(agent.name, "no session ran")
+    for n in range(1, max(1, rounds) + 1):
+        session = Session(prompt, n, resume_id, sealed.home, sealed.out)
+        on_event("log", {"message": f"{agent.name} session {n}"})
+        began = time.monotonic()
+        result = _session(agent, binary, session, sealed, meter, limits.timeout_s - (began - start))
+        said = agent.read_result(result.output, session)
+        stderr = _keep(kept, session, result, said, run)
+        round_ = AgentRound(round=n, exit_code=result.exit_code, duration_ms=round((time.monotonic() - began) * 1000),
+                            claim=said.claim, own_cost_usd=said.own_cost_usd)
+        run.rounds.append(round_)
+        run.claim = said.claim or run.claim
+        why = _session_end(agent, result, said, stderr, meter, limits)
+        diff = sealed.ws.diff()
+        if diff.strip():
+            ev = grade(diff)
+            round_.verdict, round_.evidence = ev.verdict, summarize(ev)
+        else:
+            round_.verdict, round_.evidence = "no-change", "the agent left no change"
+        round_.note = "" if why.subtype == "success" else why.result
+        if why.subtype != "success" or round_.verdict in ("pass", "no-change"):
+            return why
+        prompt, resume_id = agent.feedback(round_.evidence), said.session_id
+    return why
+
+
+def _session(agent: ExternalAgent, binary: Path, session: Session, sealed: Sealed, meter: Meter,
+             time_left_s: float) -> CommandResult:
+    """One sealed session: the bridge to the relay, then the agent; stderr to a file of ours."""
+    stderr = session.out / f"round-{session.round}.stderr.txt"
+    agent.prepare(session)
+    command = (bridge_command(sys.executable, sealed.socket) + shlex.join(agent.command(session, binary))
+               + f" 2> {shlex.quote(str(stderr))}")
+    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)})
+    return run_command(command, sealed.ws.root, timeout_s=max(1.0, time_left_s), env=env,
+                       max_output=MAX_AGENT_OUTPUT, writable=(session.home, session.out),
+                       readable=(sealed.socket.parent, *agent.install_dirs(binary)), cancel=meter.stopped)
+
+
+def _session_end(agent: ExternalAgent, result: CommandResult, said: AgentResult, stderr: str, meter: Meter,
+                 limits: Limits) -> RunExit:
+    if meter.stop_reason == "budget":
+        return OverBudget(meter.total_cost_usd or 0.0, limits.max_cost_usd)
+    if meter.stop_reason == "time" or result.timed_out:
+        return TimedOut(limits.timeout_s)
+    if result.exit_code != 0:
+        return AgentFailed(agent.name, f"exited with code {result.exit_code}: "
+                                       f"{said.error or _last_line(stderr) or _last_line(result.output) or 'no output'}")
+    if said.error:
+        return AgentFailed(agent.name, said.error)
+    return _Finished(said.claim)
+
+
+class _Finished(RunExit):
+    """The agent ended its session by itself; its last words are the run's `result`."""
+
+    subtype = "success"
+
+    def __init__(self, claim: str):
+        self.result = first_line(claim) or "the agent finished"
+
+
+def _keep(kept: Path, session: Session, result: CommandResult, said: AgentResult, run: AgentRun) -> str:
+    """The agent's stdout, stderr and result document under the job's results folder; its stderr's tail."""
+    n = session.round
+    try:
+        stderr = tail((session.out / f"round-{n}.stderr.txt").read_text(encoding="utf-8", errors="replace"), 64_000)
+    except OSError:
+        stderr = ""
+    for name, text in (("stdout", result.output), ("stderr", stderr)):
+        atomic_write(kept / f"round-{n}.{name}.txt", text)
+        run.files[f"round-{n}.{name}"] = f"agent/round-{n}.{name}.txt"
+    if said.raw is not None:
+        write_json(kept / f"round-{n}.result.json", said.raw)
+        run.files[f"round-{n}.result"] = f"agent/round-{n}.result.json"
+    return stderr
+
+
+def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float) -> None:
+    """Tokens, cost and turns from the relay; the agent's own figure beside them, a difference flagged."""
+    outcome.usage_by_model = dict(meter.usage_by_model)
+    outcome.cost_by_model = dict(meter.cost_by_model)
+    outcome.num_turns = meter.requests
+    outcome.api_duration_s = meter.api_duration_s
+    outcome.duration_s = time.monotonic() - start
+    outcome.warnings += isolation_warnings()
+    run.refused = list(meter.refused)
+    if run.refused:
+        outcome.warnings.append(f"{run.name} tried to reach what the relay does not forward (refused): "
+                                + ", ".join(run.refused[:5]))
+    own = [r.own_cost_usd for r in run.rounds]
+    run.own_cost_usd = sum(c for c in own if c is not None) if any(c is not None for c in own) else None
+    run.cost_note = cost_note(run.name, run.own_cost_usd, outcome.total_cost_usd)
+    if run.cost_note:
+        outcome.warnings.append(run.cost_note)
+
+
+def cost_note(agent: str, own: float | None, metered: float | None) -> str:
+    """'' when the agent's own cost agrees with the relay's; else one line saying how they differ."""
+    if own is None or metered is None:
+        return "" if own is None else f"{agent} reported ${own:.6f}; the relay could not price what it metered"
+    if abs(own - metered) <= COST_TOLERANCE * max(abs(metered), abs(own)) + 1e-9:
+        return ""
+    pct = f" ({(own - metered) / metered:+.1%})" if metered else ""
+    return f"{agent} reported ${own:.6f}; the relay metered ${metered:.6f}{pct}"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return first_line(lines[-1]) if lines else ""
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,182 @@
+"""The metering relay, driven by the real anthropic and openai SDKs over its Unix socket, and from a sandbox."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import openai
+import pytest
+from fakeserver import reply, tool_call
+
+from agent.agents.relay import (PLACEHOLDER_KEY, Meter, Relay, Upstream, bridge_command, metered_usage,
+                                sse_events)
+from agent.env.sandbox import base_env, isolation, run_command
+from agent.models.base import Usage
+from agent.models.pricing import cost_usd, load_prices
+
+SECRET = "sk-real-key-held-by-the-relay"
+USAGE = {"input_tokens": 1200, "output_tokens": 34, "cache_read": 100, "cache_write_5m": 50}
+
+
+@pytest.fixture
+def relay_for(tmp_path, fake_server, monkeypatch):
+    """relay_for(provider, **meter) -> (relay, records): a started relay in front of the fake server."""
+    started = []
+
+    def start(provider: str, **meter_args) -> tuple[Relay, list[dict]]:
+        monkeypatch.setenv("ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY", SECRET)
+        base = fake_server.url if provider == "anthropic" else fake_server.openai_url
+        records: list[dict] = []
+        relay = Relay(Upstream.of(provider, base), Meter(load_prices(), **meter_args), tmp_path / "relay.sock",
+                      log=records.append).__enter__()
+        started.append(relay)
+        return relay, records
+
+    yield start
+    for relay in started:
+        relay.__exit__(None, None, None)
+
+
+def client_over(relay: Relay, http=httpx):
+    """An HTTP client whose every connection goes to the relay's socket (`http`: the SDK's own httpx)."""
+    return http.Client(transport=http.HTTPTransport(uds=str(relay.socket_path)), timeout=30)
+
+
+def anthropic_sdk(relay: Relay) -> anthropic.Anthropic:
+    import httpx2  # what the anthropic SDK is built on
+
+    return anthropic.Anthropic(api_key=PLACEHOLDER_KEY, base_url="http://relay", max_retries=0,
+                               http_client=client_over(relay, httpx2))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_sdk_through_the_relay_is_metered_and_keyed(relay_for, fake_server, stream):
+    relay, records = relay_for("anthropic")
+    fake_server.script([reply("hello", tool_call("run", command="ls"), usage=USAGE)])
+    sdk = anthropic_sdk(relay)
+    kw = dict(model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+    if stream:
+        with sdk.messages.stream(**kw) as s:
+            message = s.get_final_message()
+    else:
+        message = sdk.messages.create(**kw)
+
+    assert message.content[0].text == "hello" and message.content[1].name == "run"
+    (req,) = fake_server.requests
+    assert req.headers["x-api-key"] == SECRET and "authorization" not in req.headers
+    usage = Usage(input_tokens=1200, output_tokens=34, cache_read=100, cache_write_5m=50)
+    assert relay.meter.usage_by_model == {"claude-sonnet-4-6": usage}
+    assert relay.meter.total_cost_usd == cost_usd("claude-sonnet-4-6", usage, load_prices())
+    assert [r["event"] for r in records] == ["request", "response"]
+    assert records[0]["body"]["messages"] == [{"role": "user", "content": "hi"}]
+    assert SECRET not in json.dumps(records) and PLACEHOLDER_KEY not in json.dumps(records)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_sdk_through_the_relay_counts_streamed_usage(relay_for, fake_server, stream):
+    relay, records = relay_for("openai")
+    fake_server.script([reply("hi there", usage={"input_tokens": 700, "output_tokens": 20, "cache_read": 300})])
+    sdk = openai.OpenAI(api_key=PLACEHOLDER_KEY, base_url="http://relay/v1", http_client=client_over(relay),
+                        max_retries=0)
+    kw = dict(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in sdk.chat.completions.create(stream=True, **kw)
+                       if c.choices)
+        assert fake_server.requests[0].body["stream_options"] == {"include_usage": True}  # asked for by the relay
+    else:
+        text = sdk.chat.completions.create(**kw).choices[0].message.content
+    assert text == "hi there"
+    assert fake_server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert relay.meter.usage_by_model["gpt-4o"] == Usage(input_tokens=700, output_tokens=20, cache_read=300)
+    assert relay.meter.requests == 1
+
+
+def test_other_hosts_and_paths_are_refused_and_recorded(relay_for, fake_server):
+    relay, records = relay_for("anthropic")
+    with client_over(relay) as http:
+        connect = http.request("CONNECT", "http://relay/", headers={"host": "evil.example:443"})
+        files = http.post("http://relay/v1/files", json={})
+    assert connect.status_code == 403 and files.status_code == 404
+    # A plain-HTTP proxy request names another host in its request line.
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(str(relay.socket_path))
+        raw.sendall(b"GET http://evil.example/steal HTTP/1.1\r\nhost: evil.example\r\ncontent-length: 0\r\n\r\n")
+        assert raw.recv(100).startswith(b"HTTP/1.1 403")
+    assert relay.meter.refused == ["CONNECT /", "POST /v1/files", "GET http://evil.example/steal"]
+    assert fake_server.requests == []
+
+
+def test_past_the_budget_nothing_more_reaches_the_provider(relay_for, fake_server):
+    relay, _ = relay_for("anthropic", max_cost_usd=0.001)
+    fake_server.script([reply("a", usage={"input_tokens": 1000, "output_tokens": 10})] * 2)
+    sdk = anthropic_sdk(relay)
+    kw = dict(model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    sdk.messages.create(**kw)  # $0.00315: over the budget once it is counted
+    assert relay.meter.stopped.is_set() and relay.meter.stop_reason == "budget"
+    with pytest.raises(anthropic.BadRequestError, match="budget is spent"):
+        sdk.messages.create(**kw)
+    assert len(fake_server.requests) == 1
+
+
+def test_an_unreachable_provider_is_a_502(tmp_path):
+    meter = Meter(load_prices())
+    with Relay(Upstream("anthropic", "http://127.0.0.1:9", None), meter, tmp_path / "r.sock") as relay:
+        with client_over(relay) as http:
+            resp = http.post("http://relay/v1/messages", json={"model": "m"})
+    assert resp.status_code == 502 and "upstream unreachable" in resp.text
+
+
+def test_usage_is_read_from_every_wire_format():
+    anthropic_events = sse_events(
+        b'event: message_start\ndata: {"type":"message_start","message":{"model":"claude-x","usage":'
+        b'{"input_tokens":10,"output_tokens":1,"cache_read_input_tokens":4}}}\n\n'
+        b'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":7}}\n\n')
+    assert metered_usage("anthropic", "/v1/messages", None, anthropic_events) == (
+        "claude-x", Usage(input_tokens=10, output_tokens=7, cache_read=4))
+    responses = [{"type": "response.completed", "response": {"model": "gpt-5", "usage": {
+        "input_tokens": 100, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 9}}}]
+    assert metered_usage("openai", "/v1/responses", None, responses) == (
+        "gpt-5", Usage(input_tokens=60, output_tokens=9, cache_read=40))
+    chat = {"model": "gpt-4o", "usage": {"prompt_tokens": 50, "completion_tokens": 5}}
+    assert metered_usage("openai", "/v1/chat/completions", chat, []) == ("gpt-4o", Usage(input_tokens=50, output_tokens=5))
+    assert metered_usage("anthropic", "/v1/messages", {"error": "x"}, []) is None
+
+
+@pytest.mark.skipif(isolation().mode != "bwrap", reason="needs bubblewrap")
+def test_from_inside_the_sandbox_only_the_relay_is_reachable(relay_for, fake_server, tmp_path):
+    """The bridge reaches the relay from the sandbox's own loopback; the provider's own port does not exist there."""
+    relay, _ = relay_for("anthropic")
+    fake_server.script([reply("sealed hello")])
+    port = fake_server.url.rsplit(":", 1)[1]
+    probe = f"""
+import json, urllib.request
+def post(url):
+    req = urllib.request.Request(url, data=json.dumps({{"model": "claude-sonnet-4-6", "max_tokens": 5,
+        "messages": [{{"role": "user", "content": "hi"}}]}}).encode(), headers={{"content-type": "application/json"}})
+    try:
+        return urllib.request.urlopen(req, timeout=5).read().decode()
+    except Exception as e:
+        return "FAILED " + type(e).__name__
+print("relay:", post("http://127.0.0.1:8787/v1/messages"))
+print("direct:", post("http://127.0.0.1:{port}/v1/messages"))
+"""
+    work = tmp_path / "ws"
+    work.mkdir()
+    (work / "probe.py").write_text(probe)
+    import sys
+
+    result = run_command(bridge_command(sys.executable, relay.socket_path) + f"{sys.executable} -I probe.py", work,
+                         timeout_s=60, env=base_env(), readable=(relay.socket_path.parent,))
+    assert "relay: " in result.output and "sealed hello" in result.output, result.output
+    assert "direct: FAILED" in result.output
+    assert len(fake_server.requests) == 1
+
+
+def test_upstream_url_keeps_an_openai_prefix():
+    up = Upstream("openai", "http://127.0.0.1:5/proxy/v1", None)
+    assert up.url_for("/v1/chat/completions") == "http://127.0.0.1:5/proxy/v1/chat/completions"
+    assert Upstream("anthropic", "http://h:1", None).url_for("/v1/messages") == "http://h:1/v1/messages"
