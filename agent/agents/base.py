@@ -7,6 +7,7 @@ is read leniently and never trusted for cost or correctness.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -140,11 +141,10 @@ def _plain_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
 
 
-def last_json_line(text: str, want: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The last line of `text` that is a JSON object (with the `want` items, if given)."""
-    import json
-
-    for line in reversed(text.splitlines()):
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The lines of `text` that are JSON objects, in order (an agent's JSONL output; other lines skipped)."""
+    out = []
+    for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
             continue
@@ -152,6 +152,11 @@ def last_json_line(text: str, want: dict[str, Any] | None = None) -> dict[str, A
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict) and all(value.get(k) == v for k, v in (want or {}).items()):
-            return value
-    return None
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def last_json_line(text: str, want: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The last line of `text` that is a JSON object (with the `want` items, if given)."""
+    return next((v for v in reversed(json_lines(text)) if all(v.get(k) == w for k, w in (want or {}).items())), None)

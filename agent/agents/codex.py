@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.agents.base import AgentResult, ExternalAgent, Session
+from agent.agents.base import AgentResult, ExternalAgent, Session, json_lines
 from agent.agents.relay import Provider
 
 PROVIDER_ID = "perfagent"
@@ -82,7 +82,7 @@ class Codex(ExternalAgent):
         return {"CODEX_HOME": str(codex_home(session)), "NO_COLOR": "1"}
 
     def read_result(self, stdout: str, session: Session) -> AgentResult:
-        events = json_events(stdout)
+        events = json_lines(stdout)
         if not events:
             return AgentResult(error="printed no JSON events")
         thread = next((e.get("thread_id") for e in events if e.get("type") == "thread.started"), None)
@@ -97,22 +97,6 @@ class Codex(ExternalAgent):
 def codex_home(session: Session) -> Path:
     """Its state (config, sessions to resume) under the run's HOME, kept across rounds."""
     return session.home / ".codex"
-
-
-def json_events(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of its JSONL output, in order; other lines skipped."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
 
 
 def _completed_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
