@@ -171,10 +171,14 @@ class Report(BaseModel):
         atomic_write(Path(path), self.to_json())
 
     def to_json(self) -> str:
-        return self.model_dump_json(indent=2) + "\n"
+        return self.model_dump_json(indent=2, exclude=self._absent()) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude=self._absent())
+
+    def _absent(self) -> set[str] | None:
+        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`."""
+        return {"agent"} if self.agent is None else None
 
     @property
     def models(self) -> list[str]:
