@@ -97,7 +97,6 @@ def test_spin():
     assert spin(10) == 45
 ''',
     "bench/bench.py": '''import json
-import statistics
 import time
 
 from pkg.work import spin
@@ -109,7 +108,7 @@ for _ in range(25):
     times.append((time.perf_counter() - t) * 1000)
 print("warming up")
 print(json.dumps({"metric": "other_ms", "value": 1.0, "unit": "ms"}))
-print(json.dumps({"metric": "spin_ms", "value": statistics.median(times), "unit": "ms"}))
+print(json.dumps({"metric": "spin_ms", "value": min(times), "unit": "ms"}))
 ''',
 }
 

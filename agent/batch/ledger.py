@@ -47,7 +47,7 @@ class JobRecord(BaseModel):
     # headline figures from report.json
     subtype: str | None = None
     verdict: str | None = None  # evaluation.verdict: pass | fail | unverified | rejected | error | no-change
-    perf_verdict: str | None = None  # faster | slower | no significant change
+    perf_verdict: str | None = None  # faster | slower | no significant change | inconclusive | suspicious
     speedup: float | None = None  # >1 is better, whichever way the metric points
     reference_speedup: float | None = None
     fraction_of_reference: float | None = None

@@ -55,8 +55,11 @@ def rate(part: int, whole: int) -> float | None:
 
 def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD, min_speedup: float = OPT_MIN_SPEEDUP) -> bool:
     """GSO's Opt criterion for one sample: correct, >= `min_speedup` over the baseline, and
-    >= `threshold` of the reference's speedup."""
+    >= `threshold` of the reference's speedup. A point estimate the perf check could not back
+    (inconclusive, no significant change) solves nothing."""
     if not r.correct or r.speedup is None or r.reference_speedup is None:
+        return False
+    if r.perf_verdict in ("inconclusive", "no significant change"):
         return False
     return r.speedup >= min_speedup and r.speedup >= threshold * r.reference_speedup
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.checks import perf as perfmod
-from agent.checks.correctness import install_hook, run_check, to_run
+from agent.checks.correctness import check_env, install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.integrity import (IntegrityResult, check_integrity, installed_top_level_modules, is_test_path,
                                     plausibility_problem)
@@ -23,13 +23,15 @@ from agent.checks.coverage import classify, executed_lines, write_rc
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
                                  ReferenceResult)
-from agent.checks.patchinfo import added_lines, hygiene_problems
+from agent.checks.launch import Launcher
+from agent.checks.patchinfo import added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
 from agent.checks.render import compact_lines
-from agent.checks.stats import compare, fraction_of_reference, speedup
+from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.env.sandbox import base_env, run_command
-from agent.task import Task
+from agent.task import PerfSpec, Task
 from agent.env.workspace import PatchError, Workspace
+from agent.util.files import empty_folder
 from agent.util.text import tail
 
 # Files that change what the tests check without being tests: always protected, on top of the task's list.
@@ -43,7 +45,7 @@ class CheckError(Exception):
 class Checker:
     def __init__(self, task: Task, workdir: Path, *, lock_dir: Path | None = None,
                  log: Callable[[str], None] | None = None, seed: int | None = None,
-                 full: SamplingPolicy = FULL, quick: SamplingPolicy = QUICK):
+                 full: SamplingPolicy = FULL, quick: SamplingPolicy = QUICK, warm: bool = True):
         self.task = task
         self.workdir = Path(workdir)
         self.lock_dir = lock_dir or DEFAULT_LOCK_DIR
@@ -55,17 +57,25 @@ class Checker:
         self._env: Environment | None = None
         self._hook: Path | None = None
         self._installed: frozenset[str] | None = None  # top-level modules the target's interpreter has
-        self._count = 0
+        self.warm = warm  # fork test processes from a warm interpreter where possible
+        self._slot: Workspace | None = None  # the candidate's folder, reset in place between evaluations
+        self._tests: Launcher | None = None  # the slot's test processes (its warm interpreters)
 
     @property
     def protected(self) -> list[str]:
         return [*self.task.spec.protected, *ALWAYS_PROTECTED]
 
     # -- workspaces -------------------------------------------------------------------------
+    def _side_dir(self, side: str) -> Path:
+        """Every side's checkout at a path of the same length and the same name (<work>/side-b/repo,
+        side-c, side-r), so no side's processes get a longer environment or sys.path than another's:
+        such differences alone can shift timings by a percent or two."""
+        return self.workdir / f"side-{side[0]}" / "repo"
+
     def baseline(self) -> Workspace:
         if self._baseline is None:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            dest = self.workdir / "baseline"
+            dest = self._side_dir("baseline")
             shutil.rmtree(dest, ignore_errors=True)
             self.log(f"creating the baseline workspace at {self.task.spec.base}")
             ws = Workspace.create(self.task.repo, self.task.spec.base, dest)
@@ -78,7 +88,7 @@ class Checker:
 
     def _workspace_with(self, patch: str, name: str) -> Workspace:
         base = self.baseline()
-        dest = self.workdir / name
+        dest = self._side_dir(name)
         shutil.rmtree(dest, ignore_errors=True)
         ws = Workspace.create(base.root, base.base_commit, dest)
         try:
@@ -87,6 +97,37 @@ class Checker:
             ws.cleanup()
             raise
         return ws
+
+    def _candidate(self, patch: str) -> Workspace:
+        """Base plus `patch`, in one folder that serves every evaluation: reset in place, so the warm
+        interpreters bound to it (and their torch import) outlive one evaluation."""
+        base = self.baseline()
+        if self._slot is None:
+            dest = self._side_dir("candidate")
+            shutil.rmtree(dest, ignore_errors=True)
+            self._slot = Workspace.create(base.root, base.base_commit, dest)
+            self._tests = Launcher(self._slot.root, check_env(self._slot.root, self._hook_dir()), warm=self.warm,
+                                   log=self.log)
+        try:
+            self._slot.apply_patch(patch)
+        except PatchError:
+            self._scrub()
+            raise
+        return self._slot
+
+    def _scrub(self) -> None:
+        """Leave nothing of this candidate for the next: files (ignored ones too) and coverage data.
+        A slot that will not come clean is dropped with its interpreters; the next one is new."""
+        empty_folder(self.workdir / "coverage")  # emptied, not removed: a warm interpreter has it mounted
+        if self._slot is not None and not self._slot.scrub():
+            self._drop_slot()
+
+    def _drop_slot(self) -> None:
+        if self._tests is not None:
+            self._tests.close()
+        if self._slot is not None:
+            self._slot.cleanup()
+        self._slot = self._tests = None
 
     def _reference_ws(self) -> Workspace | None:
         if self._reference is None:
@@ -114,6 +155,9 @@ class Checker:
             self._env = probe(self.baseline().root)
         return self._env
 
+    def _bench(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
+        return perfmod.run_bench(side, root, spec)
+
     def _hook_dir(self) -> Path:
         if self._hook is None:
             self._hook = install_hook(self.workdir / "hook")
@@ -124,14 +168,16 @@ class Checker:
         """Grade `patch` (a unified diff against base). Raises PatchError if it does not apply."""
         start = time.monotonic()
         ev = Evaluation(task_id=self.task.id, verdict="pass", quick=quick)
+        if not changes_anything(patch):
+            ev.verdict, ev.note = "no-change", "the patch changes nothing (empty, or only blank lines and trailing spaces)"
+            return ev
         problems = hygiene_problems(patch)
         if problems:
             ev.hygiene = Hygiene(ok=False, problems=problems)
             ev.verdict, ev.reasons = "rejected", [f"patch refused: {p}" for p in problems]
             return ev
         try:
-            self._count += 1
-            cand = self._workspace_with(patch, f"candidate-{self._count}")
+            cand = self._candidate(patch)
         except CheckError as e:
             return ev.model_copy(update={"verdict": "error", "error": str(e), "reasons": [str(e)]})
         try:
@@ -139,8 +185,7 @@ class Checker:
         except CheckError as e:
             ev.verdict, ev.error, ev.reasons = "error", str(e), [*ev.reasons, str(e)]
         finally:
-            cand.cleanup()
-            shutil.rmtree(self.workdir / f"coverage-{self._count}", ignore_errors=True)
+            self._scrub()
         ev.duration_s = round(time.monotonic() - start, 2)
         return ev
 
@@ -196,12 +241,13 @@ class Checker:
     def _correctness(self, cand: Workspace, ev: Evaluation, changed) -> None:
         spec = self.task.spec.correctness
         py_files = [f.path for f in changed if f.path.endswith(".py")]
-        cov_dir = self.workdir / f"coverage-{self._count}"
+        cov_dir = self.workdir / "coverage"
         rc = write_rc(cov_dir, cand.root, py_files) if py_files else None
-        hook = self._hook_dir()
+        launcher = self._tests
+        assert launcher is not None
 
         def run(name: str) -> CommandRun:
-            return run_check(name, spec.command, cand.root, hook, timeout_s=spec.timeout_s,
+            return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s,
                              poison=name == "poison", coverage_rc=rc if name == "plain" else None)
 
         # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
@@ -244,7 +290,7 @@ class Checker:
             start = time.monotonic()
             result.lock_wait_s = round(start - asked, 2)
             try:
-                samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log)
+                samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log, bench=self._bench)
             except BenchError as e:
                 if e.side == "reference":  # rare: drop the reference and measure again
                     ev.reference = ReferenceResult(error=str(e))
@@ -254,7 +300,7 @@ class Checker:
                     samples, result.error, result.error_side = None, str(e), e.side
             if samples is None and result.error is None:
                 try:
-                    samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log)
+                    samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log, bench=self._bench)
                 except BenchError as e:
                     result.error, result.error_side = str(e), e.side
         result.duration_s = round(time.monotonic() - start, 2)
@@ -274,22 +320,29 @@ class Checker:
             "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]),
             "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
             "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
-            "verdict": c.verdict, "precise": c.precise})
+            "verdict": c.verdict, "precise": c.precise, "alpha": c.alpha, "max_pairs": policy.max_pairs,
+            "cv": c.cv, "stop_reason": c.stop_reason})
         ref_speedup = None
         if "reference" in samples.values:
-            r = compare(samples.values["baseline"], samples.values["reference"], spec.direction, spec.min_effect, seed)
+            # the same rounds, the same per-look level; sampling stopped on the candidate's answer
+            r = compare_paired(samples.values["baseline"], samples.values["reference"], spec.direction,
+                               spec.min_effect, seed, alpha=c.alpha if c.alpha is not None else 0.05)
             ref_speedup = speedup(r.ratio, spec.direction)
+            # a share of the reference's gain means something only when both gains are significant
+            both_faster = c.verdict == "faster" and r.verdict == "faster"
             ev.reference = ReferenceResult(
                 ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict,
                 samples=samples.values["reference"], speedup=ref_speedup,
-                fraction_of_reference=fraction_of_reference(speedup(c.ratio, spec.direction), ref_speedup))
+                fraction_of_reference=fraction_of_reference(speedup(c.ratio, spec.direction), ref_speedup)
+                if both_faster else None)
         problem = plausibility_problem(speedup(c.ratio, spec.direction), spec.max_speedup, ref_speedup)
         if problem is not None and c.verdict == "faster":
             ev.integrity.plausibility = problem
             ev.perf.verdict = "suspicious"
 
     def close(self) -> None:
-        """Remove every workspace this checker made."""
+        """Stop the warm interpreters and remove every workspace this checker made."""
+        self._drop_slot()
         for ws in (self._baseline, self._reference):
             if isinstance(ws, Workspace):
                 ws.cleanup()

@@ -9,14 +9,20 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.checks.evaluation import CommandRun
-from agent.env.sandbox import CommandResult, base_env, run_command
+from agent.env.sandbox import CommandResult, base_env
 from agent.util.text import tail
+
+if TYPE_CHECKING:
+    from agent.checks.launch import Launcher
 
 TAIL_CHARS = 4000
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 _VERBOSE = re.compile(r"^(\S+::\S+) (?:FAILED|ERROR)\b", re.M)
+# CUBLAS_WORKSPACE_CONFIG: deterministic cuBLAS, else deterministic mode warns on every matmul.
+POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def install_hook(folder: Path) -> Path:
@@ -29,8 +35,7 @@ def install_hook(folder: Path) -> Path:
 def check_env(root: Path, hook_dir: Path, *, poison: bool = False, coverage_rc: Path | None = None) -> dict[str, str]:
     extra = {"PYTHONPATH": f"{hook_dir}:{root}"}
     if poison:
-        # CUBLAS_WORKSPACE_CONFIG: deterministic cuBLAS, else deterministic mode warns on every matmul.
-        extra |= {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+        extra |= POISON_ENV
     if coverage_rc is not None:
         extra["COVERAGE_PROCESS_START"] = str(coverage_rc)
     return base_env(extra)
@@ -48,9 +53,11 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
                       output_tail=tail(res.output, TAIL_CHARS), failing_tests=[] if res.ok else failing_tests(res.output))
 
 
-def run_check(name: str, command: str, root: Path, hook_dir: Path, *, timeout_s: float, poison: bool = False,
+def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,
               coverage_rc: Path | None = None) -> CommandRun:
-    res = run_command(command, root, timeout_s=timeout_s,
-                      env=check_env(root, hook_dir, poison=poison, coverage_rc=coverage_rc),
-                      writable=(coverage_rc.parent,) if coverage_rc is not None else ())
+    extra: dict[str, str] = dict(POISON_ENV) if poison else {}
+    if coverage_rc is not None:
+        extra["COVERAGE_PROCESS_START"] = str(coverage_rc)
+    res = launcher.run(command, timeout_s=timeout_s, env=extra,
+                       writable=(coverage_rc.parent,) if coverage_rc is not None else ())
     return to_run(name, res)

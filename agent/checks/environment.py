@@ -1,8 +1,9 @@
 """Where the numbers came from: CPU, GPU and driver, and torch/CUDA/Python as the target sees them.
 
 torch and CUDA versions are probed with the target's own interpreter (the `python` the
-check commands run), not the harness's, since that is what the benchmark used. The GPU
-comes from nvidia-smi, and only when that torch is a CUDA build.
+check commands run), not the harness's, since that is what the benchmark used. The GPU and
+its clocks come from nvidia-smi, and only when that torch is a CUDA build; the CPU clock and
+governor from /sys or /proc. Clocks are read once per checker, not per sample.
 """
 
 from __future__ import annotations
@@ -32,14 +33,45 @@ print("PERFAGENT_ENV " + json.dumps(info))
 """
 
 
-def cpu_model() -> str | None:
+CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq")
+
+
+def _cpuinfo(key: str) -> str | None:
+    """The first `key : value` of /proc/cpuinfo (cpu 0's)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
+            if line.lower().startswith(key):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or None
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def cpu_model() -> str | None:
+    return _cpuinfo("model name") or platform.processor() or None
+
+
+def cpu_mhz() -> float | None:
+    """CPU 0's current clock: cpufreq where the kernel exposes it, else /proc/cpuinfo (VMs often
+    have no cpufreq; their figure is then the nominal one)."""
+    for text, scale in ((_read(CPUFREQ / "scaling_cur_freq"), 1e-3), (_cpuinfo("cpu mhz"), 1.0)):
+        try:
+            return round(float(text) * scale, 1)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def cpu_governor() -> str | None:
+    """The cpufreq governor: "performance" keeps clocks steady, "powersave"/"schedutil" follow the load."""
+    return _read(CPUFREQ / "scaling_governor")
 
 
 def device_name(gpu: str | None) -> str:
@@ -58,7 +90,12 @@ def probe(root: Path) -> Environment:
         if line.startswith("PERFAGENT_ENV "):
             info = json.loads(line.split(" ", 1)[1])
     card = first_visible() if info.get("cuda") else None
-    name, driver = (card.name, card.driver) if card else (None, None)
-    return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=driver,
+    name = card.name if card else None
+    return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=card.driver if card else None,
                        torch=info.get("torch"), cuda=info.get("cuda"), python=info.get("python"),
-                       platform=platform.platform(), isolation=isolation().mode, device=device_name(name))
+                       platform=platform.platform(), isolation=isolation().mode, device=device_name(name),
+                       gpu_sm_clock_mhz=card.sm_clock_mhz if card else None,
+                       gpu_mem_clock_mhz=card.mem_clock_mhz if card else None,
+                       gpu_max_sm_clock_mhz=card.max_sm_clock_mhz if card else None,
+                       gpu_clocks_locked=card.clocks_locked if card else None,
+                       cpu_mhz=cpu_mhz(), cpu_governor=cpu_governor())

@@ -60,7 +60,8 @@ class DiffStats(BaseModel):
 
 
 class PerfResult(BaseModel):
-    """Candidate against baseline, interleaved processes; ratio = candidate / baseline median."""
+    """Candidate against baseline, interleaved processes; ratio = the per-round ratios' Hodges-Lehmann
+    estimate (paired analysis), candidate / baseline."""
 
     metric: str
     direction: Direction
@@ -80,6 +81,10 @@ class PerfResult(BaseModel):
     verdict: PerfVerdict | None = None
     min_effect: float = 0.0
     precise: bool = False  # interval narrower than min_effect when sampling stopped
+    alpha: float | None = None  # the per-look level p had to beat (sequential stopping, overall A/A error 5%)
+    max_pairs: int = 0
+    cv: float | None = None  # measured noise: std of the per-round log ratios (~ coefficient of variation)
+    stop_reason: str | None = None  # "significant after N pairs", "precise after N pairs", "max pairs reached ..."
     seed: int = 0
     device: str = "cpu"
     duration_s: float = 0.0  # sampling only
@@ -103,7 +108,8 @@ class ReferenceResult(BaseModel):
     verdict: PerfVerdict | None = None
     samples: list[float] = []
     speedup: float | None = None
-    fraction_of_reference: float | None = None  # (candidate speedup - 1) / (reference speedup - 1)
+    # (candidate speedup - 1) / (reference speedup - 1); only when both are significantly "faster"
+    fraction_of_reference: float | None = None
     error: str | None = None
 
 
@@ -120,6 +126,13 @@ class Environment(BaseModel):
     candidate_commit: str | None = None
     isolation: str | None = None
     device: str | None = None
+    # Clocks as probed (once per checker): a timing means little without them (boost, throttling, pinning).
+    gpu_sm_clock_mhz: int | None = None
+    gpu_mem_clock_mhz: int | None = None
+    gpu_max_sm_clock_mhz: int | None = None
+    gpu_clocks_locked: bool | None = None  # application clocks pinned (nvidia-smi -ac / -lgc)
+    cpu_mhz: float | None = None
+    cpu_governor: str | None = None  # cpufreq scaling governor ("performance", "powersave", ...)
 
 
 class Evaluation(BaseModel):

@@ -122,3 +122,30 @@ def added_lines(diff: str) -> list[FileLines]:
         elif tag in (" ", ""):
             new_no += 1
     return [f for f in out if f.lines]
+
+
+def changes_anything(patch: str) -> bool:
+    """False for a diff with nothing to grade: empty, or only blank lines and trailing spaces.
+
+    Indentation counts as a change (it is Python's syntax); a new, deleted, renamed or
+    re-moded file counts too, however blank.
+    """
+    removed: list[str] = []
+    added: list[str] = []
+    for kind, line in _walk(patch):
+        if kind == "header":
+            if line.startswith(("GIT binary patch", "Binary files ", *_MODE_LINES, "rename ", "copy ")):
+                return True
+            if line.startswith(("--- /dev/null", "+++ /dev/null")):
+                return True
+            if line.startswith("@@") or line.startswith("diff --git"):
+                if removed != added:
+                    return True
+                removed, added = [], []
+            continue
+        text = line[1:].rstrip()
+        if line[:1] == "-" and text:
+            removed.append(text)
+        elif line[:1] == "+" and text:
+            added.append(text)
+    return removed != added

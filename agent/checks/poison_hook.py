@@ -6,7 +6,8 @@ Every Python process a check command starts runs this at start-up:
   it is written fails the tests. torch is not imported eagerly: processes that never use
   it pay nothing.
 - COVERAGE_PROCESS_START: coverage.py measures the process (and its Python children).
-Then the sitecustomize this file shadows, if any, still runs.
+Then the sitecustomize this file shadows, if any, still runs. A warm interpreter
+(agent/env/zygote.py) imports this once and calls `perfagent_start` in each forked child.
 """
 
 import importlib.abc
@@ -65,10 +66,15 @@ def _chain():
         spec.loader.exec_module(module)
 
 
-_start_coverage()
-if os.environ.get("PERFAGENT_POISON") == "1":
-    if "torch" in sys.modules:
-        _poison(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _AfterTorchImport())
+def perfagent_start():
+    """What the environment asks for; a warm interpreter calls it again in each forked child."""
+    _start_coverage()
+    if os.environ.get("PERFAGENT_POISON") == "1":
+        if "torch" in sys.modules:
+            _poison(sys.modules["torch"])
+        else:
+            sys.meta_path.insert(0, _AfterTorchImport())
+
+
+perfagent_start()
 _chain()

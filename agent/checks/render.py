@@ -84,8 +84,13 @@ def perf_line(p: PerfResult) -> str:
     medians = f"{_num(p.baseline_median, '.4g')}{unit} -> {_num(p.candidate_median, '.4g')}{unit}"
     return (f"{p.verdict}: {p.metric} {medians}, "
             f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
-            f"p={_num(p.p_value, '.3g')}, speedup {_num(p.speedup)}x, {p.n_pairs} pairs"
-            + ("" if p.precise else ", interval wider than min effect"))
+            f"p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
+            + f", speedup {_num(p.speedup)}x, {p.n_pairs} pairs"
+            + (f", noise cv {p.cv:.1%}" if p.cv is not None else "")
+            + (f"; stopped: {p.stop_reason}" if p.stop_reason
+               else "" if p.precise else ", interval wider than min effect")
+            + (f"; could not tell at this noise (min effect {p.min_effect:.0%})"
+               if p.verdict == "inconclusive" else ""))
 
 
 def _diff_line(d: DiffStats) -> str:
@@ -102,7 +107,8 @@ def _note(text: str | None) -> str:
 
 
 def _reference_line(r: ReferenceResult) -> str:
-    frac = "n/a" if r.fraction_of_reference is None else f"{r.fraction_of_reference:.2f}"
+    frac = ("n/a (only for a significant speedup)" if r.fraction_of_reference is None
+            else f"{r.fraction_of_reference:.2f}")
     return f"speedup {_num(r.speedup)}x; fraction of it achieved: {frac}"
 
 
@@ -177,6 +183,8 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
     rows = [Row("why", r, "warn") for r in ev.reasons]
     rows += [Row(name, text, level) for name, text, level in
              (("error", ev.error, "bad"), ("note", ev.note, "info"), ("emitted", ev.emitted, "info")) if text]
+    if ev.verdict == "no-change":  # nothing was checked; rows saying "ok" would claim otherwise
+        return rows
     problems, pv = ev.hygiene.problems, ev.protected_violations
     rows.append(Row("patch hygiene", "ok", "ok") if ev.hygiene.ok else Row("patch hygiene", "; ".join(problems), "bad"))
     rows.append(Row("protected paths", "touched: " + ", ".join(pv), "bad") if pv else
@@ -205,12 +213,26 @@ def _environment_text(e: Environment) -> str:
         f"isolation {e.isolation}" if e.isolation else None, f"device {e.device}" if e.device else None] if x)
 
 
+def _clocks_text(e: Environment) -> str:
+    """The clocks at probe time, for a reader to judge whether two reports' timings compare."""
+    gpu = None
+    if e.gpu_sm_clock_mhz is not None:
+        gpu = f"GPU SM {e.gpu_sm_clock_mhz}" + (f"/{e.gpu_max_sm_clock_mhz}" if e.gpu_max_sm_clock_mhz else "") + " MHz"
+        gpu += f", memory {e.gpu_mem_clock_mhz} MHz" if e.gpu_mem_clock_mhz is not None else ""
+        gpu += {True: " (locked)", False: " (not locked)", None: ""}[e.gpu_clocks_locked]
+    cpu = f"CPU {e.cpu_mhz:.0f} MHz" if e.cpu_mhz else None
+    cpu = f"{cpu or 'CPU'} ({e.cpu_governor})" if e.cpu_governor else cpu
+    return "; ".join(x for x in (gpu, cpu) if x)
+
+
 def environment_rows(ev: Evaluation) -> list[Row]:
     """Where and how long the numbers were taken; nothing when the evaluation probed no machine."""
     e = ev.environment
     if e == Environment():
         return []
     rows = [Row("environment", _environment_text(e))]
+    if clocks := _clocks_text(e):
+        rows.append(Row("clocks", clocks))
     if e.base_commit:
         rows.append(Row("commits", f"base {e.base_commit[:12]}, candidate {(e.candidate_commit or '?')[:12]}"))
     return rows + [Row("took", f"{ev.duration_s:.1f}s")]

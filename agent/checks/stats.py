@@ -1,13 +1,21 @@
-"""A/B statistics for perf samples: ratio of medians, bootstrap interval, Mann-Whitney U.
+"""A/B statistics for perf samples: paired analysis of interleaved rounds, sequential stopping.
 
 Pure functions, deterministic given a seed, so a report can be recomputed from its samples.
-A change is called only when both the interval excludes 1 and the rank test agrees: the
-percentile bootstrap alone is too narrow on the handful of samples we can afford, and the
-A/A honesty requirement (no verdict on identical code 95% of the time) needs the rank test.
+Each round runs every side once, close in time, so a round's candidate/baseline values are a
+pair and the log of their ratio cancels drift (thermal, a neighbour's job). The test is the
+Wilcoxon signed-rank test on those log ratios: under A/A the sides are exchangeable within a
+round (the order is shuffled), so its null distribution holds whatever the noise looks like,
+and the per-look level for looking after every round can be calibrated once, exactly, by
+sign-flip simulation (`sequential_alpha`). The interval is a paired BCa bootstrap of the
+Hodges-Lehmann estimate (the signed-rank test's own estimator), so test and interval agree.
+A change is called only when the test is significant at the per-look level and the interval
+excludes 1. `compare` is the older unpaired analysis, for sides that were not sampled in rounds.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Literal
 
 import numpy as np
@@ -15,7 +23,9 @@ from pydantic import BaseModel, ConfigDict
 
 Direction = Literal["lower", "higher"]
 # "suspicious": faster beyond the task's plausibility bound, with no reference to confirm it.
-PerfVerdict = Literal["faster", "slower", "no significant change", "suspicious"]
+# "inconclusive": the maximum pairs were not enough to tell (the interval is wider than the
+# task's minimum effect, or the test stays short of its level): not a finding of no change.
+PerfVerdict = Literal["faster", "slower", "no significant change", "inconclusive", "suspicious"]
 
 
 class Comparison(BaseModel):
@@ -34,6 +44,10 @@ class Comparison(BaseModel):
     n_baseline: int
     n_candidate: int
     precise: bool  # interval narrower than the task's minimum effect: enough samples
+    paired: bool = False  # True: per-round log ratios (compare_paired); False: two independent lists
+    alpha: float | None = None  # the level p had to beat (per look, when sampling looks after each round)
+    cv: float | None = None  # noise: std of the paired log ratios, ~ the coefficient of variation of a ratio
+    stop_reason: str | None = None  # why sampling stopped, set by the sequential procedure
 
 
 def _ratio_of_medians(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -88,6 +102,138 @@ def compare(baseline: list[float], candidate: list[float], direction: Direction 
     return Comparison(baseline_median=b_med, candidate_median=c_med, ratio=ratio, ci_low=lo, ci_high=hi,
                       confidence=confidence, p_value=p, verdict=verdict, n_baseline=len(baseline),
                       n_candidate=len(candidate), precise=(hi - lo) < min_effect)
+
+
+# -- paired, sequential ---------------------------------------------------------------------------
+def hodges_lehmann(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Median of the Walsh averages (d_i + d_j) / 2, i <= j: the signed-rank test's estimate of the shift."""
+    d = np.moveaxis(np.asarray(d, float), axis, -1)
+    i, j = np.triu_indices(d.shape[-1])
+    return np.median((d[..., i] + d[..., j]) / 2, axis=-1)
+
+
+def _hl_of_log_ratio(log_b: np.ndarray, log_c: np.ndarray, axis: int = -1) -> np.ndarray:
+    return hodges_lehmann(log_c - log_b, axis=axis)
+
+
+def paired_ci(baseline: list[float], candidate: list[float], *, confidence: float = 0.95,
+              n_resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """BCa bootstrap interval of the ratio exp(HL(log c_i - log b_i)), resampling whole rounds (pairs)."""
+    import warnings
+
+    from scipy import stats as sps
+
+    lb, lc = np.log(np.asarray(baseline, float)), np.log(np.asarray(candidate, float))
+    point = float(np.exp(_hl_of_log_ratio(lb, lc)))
+    if len(lb) < 3 or np.ptp(lc - lb) == 0:
+        return point, point
+    for method in ("BCa", "percentile"):  # BCa's jackknife can degenerate on a few tied samples
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = sps.bootstrap((lb, lc), _hl_of_log_ratio, paired=True, vectorized=True, axis=-1,
+                                confidence_level=confidence, n_resamples=n_resamples, method=method,
+                                rng=np.random.default_rng(seed))
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return min(math.exp(lo), point), max(math.exp(hi), point)
+    return point, point
+
+
+def signed_rank_p(baseline: list[float], candidate: list[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of the per-round log ratios (exact for n <= 50)."""
+    d = np.log(np.asarray(candidate, float)) - np.log(np.asarray(baseline, float))
+    if np.count_nonzero(d) < 2:
+        return 1.0
+    from scipy import stats as sps
+
+    return float(sps.wilcoxon(d, alternative="two-sided").pvalue)
+
+
+# Per-look levels for the policies in agent.checks.perf, from sequential_alpha(lo, hi) with its
+# default simulation (tests/checks/test_stats.py recomputes them): computing one takes ~2 s.
+_SEQUENTIAL_ALPHA = {(5, 20, 0.05): 0.01531219482421875, (4, 8, 0.05): 0.0390625}
+
+
+@functools.lru_cache(maxsize=None)
+def sequential_alpha(min_pairs: int, max_pairs: int, alpha: float = 0.05, *, sims: int = 20000,
+                     seed: int = 0, cached: bool = True) -> float:
+    """Per-look level (Pocock-style constant) so that testing after every round from `min_pairs`
+    to `max_pairs` says "faster"/"slower" on identical code in at most `alpha` of runs overall.
+
+    Under A/A the signs of the per-round log ratios are fair coins independent of their sizes
+    (the order within a round is shuffled), so the exact signed-rank p-values at each look have a
+    known joint law for any noise; we simulate it and take the largest level whose chance that
+    any look falls below it is <= alpha. Stopping early for precision only removes chances to err.
+    """
+    if cached and (min_pairs, max_pairs, alpha) in _SEQUENTIAL_ALPHA:
+        return _SEQUENTIAL_ALPHA[(min_pairs, max_pairs, alpha)]
+    from scipy import stats as sps
+
+    d = np.random.default_rng(seed).standard_normal((sims, max_pairs))
+    p_min = np.ones(sims)
+    for n in range(max(min_pairs, 2), max_pairs + 1):
+        p_min = np.minimum(p_min, sps.wilcoxon(d[:, :n], axis=1).pvalue)
+    # rejecting when p < level: at most floor(alpha * sims) of the simulated runs fall below it
+    return float(np.sort(p_min)[int(alpha * sims)])
+
+
+def compare_paired(baseline: list[float], candidate: list[float], direction: Direction = "lower",
+                   min_effect: float = 0.03, seed: int = 0, *, alpha: float = 0.05, confidence: float = 0.95,
+                   n_resamples: int = 4000) -> Comparison:
+    """Rounds' values paired by index. "faster"/"slower" when the signed-rank p < `alpha` (the
+    per-look level) and the interval excludes 1; "no significant change" when the interval is
+    narrower than `min_effect` and holds 1; "inconclusive" otherwise (the noise hides the answer)."""
+    if len(baseline) != len(candidate) or len(baseline) == 0:
+        raise ValueError("compare_paired needs the same number (>= 1) of samples per side, one per round")
+    if min(baseline) <= 0 or min(candidate) <= 0:
+        raise ValueError("perf metrics must be positive to form a ratio")
+    lo, hi = paired_ci(baseline, candidate, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    d = np.log(np.asarray(candidate, float)) - np.log(np.asarray(baseline, float))
+    ratio = float(np.exp(hodges_lehmann(d)))
+    p = signed_rank_p(baseline, candidate)
+    precise = (hi - lo) < min_effect
+    if p < alpha and (hi < 1 or lo > 1):
+        verdict: PerfVerdict = "faster" if (ratio < 1) == (direction == "lower") else "slower"
+    elif precise and lo <= 1 <= hi:
+        verdict = "no significant change"
+    else:
+        verdict = "inconclusive"
+    return Comparison(baseline_median=float(np.median(baseline)), candidate_median=float(np.median(candidate)),
+                      ratio=ratio, ci_low=lo, ci_high=hi, confidence=confidence, p_value=p, verdict=verdict,
+                      n_baseline=len(baseline), n_candidate=len(candidate), precise=precise, paired=True,
+                      alpha=alpha, cv=float(np.std(d, ddof=1)) if len(d) > 1 else 0.0)
+
+
+def stop_reason(c: Comparison, last: bool) -> str | None:
+    """Why sequential sampling stops after this look, or None to take another round."""
+    n = c.n_candidate
+    if c.verdict in ("faster", "slower"):
+        return f"significant after {n} pairs"
+    if c.verdict == "no significant change":
+        return f"precise after {n} pairs"
+    if not last:
+        return None
+    if not c.precise:
+        return f"max pairs reached ({n}), interval wider than min effect"
+    return f"max pairs reached ({n}), interval excludes 1 but the test is not significant at the per-look level"
+
+
+def sequential(baseline: list[float], candidate: list[float], min_pairs: int, max_pairs: int,
+               direction: Direction = "lower", min_effect: float = 0.03, seed: int = 0, *,
+               alpha: float = 0.05, n_resamples: int = 4000) -> Comparison:
+    """The sequential procedure replayed on recorded rounds: look after each from `min_pairs`, stop
+    at the first clear answer or at `max_pairs`. What perf.sample decides while it measures."""
+    level = sequential_alpha(min_pairs, max_pairs, alpha)
+    n_max = min(max_pairs, len(baseline), len(candidate))
+    c = None
+    for n in range(min(min_pairs, n_max), n_max + 1):
+        c = compare_paired(baseline[:n], candidate[:n], direction, min_effect, seed, alpha=level,
+                           n_resamples=n_resamples)
+        why = stop_reason(c, last=n >= max_pairs)
+        if why is not None:
+            return c.model_copy(update={"stop_reason": why})
+    assert c is not None
+    return c.model_copy(update={"stop_reason": f"ran out of samples after {c.n_candidate} pairs"})
 
 
 def speedup(ratio: float, direction: Direction) -> float:

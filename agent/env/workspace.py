@@ -128,6 +128,15 @@ class Workspace:
         self.repo.git.reset("--quiet", "--hard", commit or self.base_commit)
         self.repo.git.clean("-fdq")
 
+    def scrub(self) -> bool:
+        """Back to base with nothing else left, ignored files included; False if it will not come clean."""
+        try:
+            self.repo.git.reset("--quiet", "--hard", self.base_commit)
+            self.repo.git.clean("-ffdxq")
+            return not self.repo.git.status("--porcelain", "--ignored", "--untracked-files=all").strip()
+        except git.GitCommandError:
+            return False
+
     def restore_paths(self, patterns: list[str], commit: str | None = None) -> list[str]:
         """Put the base version of every changed path matching `patterns` back; returns them."""
         restored = self.protected_changes(patterns)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -59,3 +60,14 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             continue
         if isinstance(obj, dict):
             yield obj
+
+
+def empty_folder(folder: Path) -> None:
+    """Remove everything inside `folder` but keep the folder itself (a sandbox may have it mounted)."""
+    if not folder.is_dir():
+        return
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""Shared bench plumbing: argument parsing, timing (CUDA events on GPU, perf_counter on CPU),
+"""Shared bench plumbing: argument parsing, timing (CUDA events and a flushed L2 on GPU, perf_counter on CPU),
 JSON-line output, and a random batch builder."""
 
 from __future__ import annotations
@@ -52,36 +52,80 @@ def fresh_host_memory() -> None:
         pass
 
 
-def time_ms(fn, repeats: int, warmup: int, device: torch.device, setup=None) -> list[float]:
-    """Per-call times in ms after `warmup` untimed calls; `setup` runs untimed before each call."""
+L2_DEFAULT_BYTES = 64 << 20  # when the device does not say how big its L2 is
+
+# How the last `time_ms` timed, for `emit` to print beside the metric (the harness reads only
+# "metric", "value" and "unit"; these keys tell a reader what the number means).
+TIMING: dict[str, object] = {}
+
+_flush_buffers: dict[torch.device, torch.Tensor] = {}
+
+
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer twice the device's L2 (at least 64 MiB), allocated once per device: writing
+    all of it evicts whatever the previous call left in L2, so every timed call starts cold
+    instead of reading its inputs from a cache warmed by the call before."""
+    device = torch.device(device.type, device.index if device.index is not None else torch.cuda.current_device())
+    if device not in _flush_buffers:
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+        _flush_buffers[device] = torch.empty(max(2 * l2, L2_DEFAULT_BYTES), dtype=torch.uint8, device=device)
+    return _flush_buffers[device]
+
+
+def time_ms(fn, repeats: int, warmup: int, device: torch.device, setup=None, flush_l2: bool = True) -> list[float]:
+    """Per-call times in ms after `warmup` untimed calls; `setup` runs untimed before each call.
+
+    On CUDA: CUDA events around each call (host launch overhead and queueing excluded), the L2
+    flushed untimed before each call (unless `flush_l2` is False), the device synchronised
+    before timing starts. On CPU: wall clock (`perf_counter`)."""
+    if device.type == "cuda":
+        return _time_cuda(fn, repeats, warmup, device, setup, flush_l2)
     for _ in range(warmup):
         if setup is not None:
             setup()
         fn()
     times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(repeats):
-            if setup is not None:
-                setup()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        for _ in range(repeats):
-            if setup is not None:
-                setup()
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    TIMING.clear()
+    TIMING.update(timer="wall-clock")
+    return times
+
+
+def _time_cuda(fn, repeats: int, warmup: int, device: torch.device, setup, flush_l2: bool) -> list[float]:
+    flush = l2_flush_buffer(device) if flush_l2 else None
+    for _ in range(warmup):  # the flush too, so its first launch is not in the first sample
+        if setup is not None:
+            setup()
+        if flush is not None:
+            flush.zero_()
+        fn()
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        if flush is not None:
+            flush.zero_()  # queued before `start`, so it is not timed
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    TIMING.clear()
+    TIMING.update(timer="cuda-events", l2_flushed=flush is not None)
     return times
 
 
 def emit(metric: str, times_ms: list[float]) -> None:
-    print(json.dumps({"metric": metric, "value": round(statistics.median(times_ms), 6), "unit": "ms"}), flush=True)
+    """The metric line the harness reads, then how it was timed (extra keys it ignores)."""
+    line = {"metric": metric, "value": round(statistics.median(times_ms), 6), "unit": "ms", **TIMING}
+    print(json.dumps(line), flush=True)
 
 
 class BenchWorld:

@@ -13,7 +13,7 @@ import pytest
 from agent.checks import ALWAYS_PROTECTED, Checker, evaluation_table, summarize
 from agent.checks.correctness import check_env, failing_tests, install_hook
 from agent.checks.coverage import classify
-from agent.checks.patchinfo import FileLines, added_lines, hygiene_problems
+from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.task import load_task
 from agent.env.workspace import PatchError
 from helpers import SAFE, TESTS, UNSAFE, make_patch, make_task
@@ -106,7 +106,25 @@ def test_a_patch_that_does_not_apply_raises_patch_error(tmp_path):
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
         with pytest.raises(PatchError):
             c.evaluate(bad)
-        assert not list((tmp_path / "work").glob("candidate-*")), "the failed candidate is cleaned up"
+        assert not (tmp_path / "work" / "side-c" / "repo" / "pkg" / "work.py").read_text().startswith("ITERS = 1")
+
+
+def test_nothing_a_candidate_leaves_in_its_folder_reaches_the_next_one(tmp_path):
+    """One folder serves every candidate (its warm interpreters stay); files a candidate's run
+    writes there, git-ignored ones too, are gone before the next evaluation starts."""
+    task, src = make_task(tmp_path, correctness="python -m pkg.work", poison=False)
+    planter = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", (
+        "ITERS = 60_000\nimport pathlib\nfor f in ('.gitignore', 'cache.bin', 'sub/x.py'):\n"
+        "    pathlib.Path(f).parent.mkdir(exist_ok=True)\n    pathlib.Path(f).write_text('cache.bin\\n')"))})
+    reader = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", (
+        "ITERS = 60_000\nimport pathlib\nassert not any(pathlib.Path(f).exists() for f in "
+        "('.gitignore', 'cache.bin', 'sub/x.py')), 'a leftover'"))})
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        assert c.evaluate(planter, perf=False).verdict == "pass"
+        slot = tmp_path / "work" / "side-c" / "repo"
+        assert not (slot / "cache.bin").exists() and not (slot / "sub").exists()
+        ev = c.evaluate(reader, perf=False)
+        assert ev.verdict == "pass", summarize(ev)
 
 
 def test_hygiene_problems_of_raw_patches():
@@ -165,12 +183,40 @@ def test_verdict_table_renders(tmp_path):
     from rich.console import Console
 
     task, src = make_task(tmp_path, correctness="true", poison=False)
+    comment = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60_000  # same code")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
-        ev = c.evaluate("", perf=False)
+        ev = c.evaluate(comment, perf=False)
+        nothing = c.evaluate("diff --git a/pkg/work.py b/pkg/work.py\n", perf=False)
     console = Console(record=True, width=160)
     console.print(evaluation_table(ev))
     text = console.export_text()
     assert "fixture" in text and "pass" in text and "protected paths" in text
+    console = Console(record=True, width=160)
+    console.print(evaluation_table(nothing))
+    text = console.export_text()
+    assert "no-change" in text and "changes nothing" in text and "protected paths" not in text
+
+
+def test_an_empty_or_blank_only_patch_is_no_change_without_running_anything(tmp_path):
+    """Nothing to grade: no workspace, no tests, no perf; answered at once."""
+    task, src = make_task(tmp_path)
+    blank = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60_000   \n")})
+    assert blank.strip(), "a real diff, of blank lines and trailing spaces only"
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        for patch in ("", "\n", blank):
+            ev = c.evaluate(patch, perf=True, reference=True)
+            assert ev.verdict == "no-change" and ev.correctness is None and ev.perf is None, summarize(ev)
+        assert not (tmp_path / "work").exists(), "not even a baseline workspace was made"
+
+
+def test_changes_anything_counts_code_indentation_and_file_operations_but_not_blanks():
+    body = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,3 @@\n a = 1\n-b = 2\n+{new}\n+\n"
+    assert not changes_anything(body.format(new="b = 2   "))
+    assert changes_anything(body.format(new="b = 3"))
+    assert changes_anything(body.format(new="    b = 2")), "indentation is Python syntax"
+    assert changes_anything("diff --git a/e.py b/e.py\nnew file mode 100644\n--- /dev/null\n+++ b/e.py\n")
+    assert changes_anything("diff --git a/s b/s\nold mode 100644\nnew mode 100755\n")
+    assert not changes_anything("") and not changes_anything("\n\n")
 
 
 # -- the `perfagent check` command ------------------------------------------------------------
@@ -192,6 +238,17 @@ def test_check_command_grades_a_patch_file_and_writes_json(tmp_path):
     data = json.loads((tmp_path / "ev.json").read_text())
     assert data["verdict"] == "pass" and data["perf"]["n_pairs"] >= 4 and data["perf"]["p_value"] is not None
     assert (tmp_path / ".cache/perfagent/locks/cpu.lock").exists(), "the default lock dir is under HOME"
+
+
+def test_check_command_answers_an_empty_patch_no_change_without_measuring(tmp_path):
+    task, src = make_task(tmp_path)
+    (tmp_path / "empty.diff").write_text("")
+    res = perfagent("check", str(tmp_path / "task.toml"), "--patch", str(tmp_path / "empty.diff"), "--reference",
+                    "--json", str(tmp_path / "ev.json"), cwd=tmp_path)
+    assert res.returncode == 0 and "no-change" in res.stdout, res.stdout + res.stderr
+    data = json.loads((tmp_path / "ev.json").read_text())
+    assert data["verdict"] == "no-change" and data["perf"] is None and data["correctness"] is None
+    assert not (tmp_path / ".cache/perfagent/locks/cpu.lock").exists(), "nothing was measured"
 
 
 def test_check_command_bad_input_exits_2_with_one_line(tmp_path, capsys):

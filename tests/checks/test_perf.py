@@ -1,24 +1,28 @@
 """Perf measurement: metric parsing, interleaved sampling, the device lock, and the honesty
-tests on real processes (A/A says nothing; an injected 20% slowdown is found, interval and all)."""
+tests on real processes (A/A calls no change; an injected 20% slowdown is found, interval and all,
+or, on a machine too noisy to tell, reported inconclusive with the truth inside the interval)."""
 
 from __future__ import annotations
 
 import fcntl
+import random
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from agent.checks import Checker, SamplingPolicy, summarize
+from agent.checks import FULL, Checker, SamplingPolicy, summarize
 from agent.checks.lock import device_lock, lock_path
 from agent.checks.perf import parse_metric, sample
+from agent.checks.stats import sequential_alpha
 from agent.task import PerfSpec
 from helpers import make_patch, make_task
 
 IMPORT_ONLY = 'python -c \\"import pkg.work\\"'  # cheap correctness: executes the ITERS line, no torch
 SLOWER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 72_000")}  # exactly 1.2x the loop iterations
 FASTER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 30_000")}
+SAME = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60000")}  # A/A: a real change (an empty one is "no-change")
 
 
 # -- metric lines ------------------------------------------------------------------------------
@@ -45,14 +49,16 @@ def fake_bench(values: dict[str, float], calls: list[str]):
 
 def test_rounds_interleave_in_shuffled_order_and_the_warmup_is_discarded():
     calls: list[str] = []
-    spec = PerfSpec(command="x", metric="m", min_effect=0.0001)  # never precise: runs to max_pairs
+    spec = PerfSpec(command="x", metric="m", min_effect=0.0001)  # never precise: stops when significant
     s = sample({"baseline": Path("b"), "candidate": Path("c")}, spec, SamplingPolicy(5, 12, warmup=1), seed=3,
                bench=fake_bench({"baseline": 10.0, "candidate": 8.0}, calls))
     pairs = [tuple(calls[i:i + 2]) for i in range(0, len(calls), 2)]
-    assert len(pairs) == 13 and all(set(p) == {"baseline", "candidate"} for p in pairs)
+    # the per-look level for 5..12 pairs (~0.023) needs all 7 rounds one way (p = 2/128): the 7th pair decides
+    assert len(pairs) == 8 and all(set(p) == {"baseline", "candidate"} for p in pairs)
     assert {("baseline", "candidate"), ("candidate", "baseline")} <= set(pairs), "order is randomised per pair"
-    assert len(s.values["baseline"]) == 12 and len(s.warmup["baseline"]) == 1
-    assert s.comparison.verdict == "faster" and s.unit == "ms"
+    assert len(s.values["baseline"]) == 7 and len(s.warmup["baseline"]) == 1
+    assert s.comparison.verdict == "faster" and s.unit == "ms" and s.comparison.paired
+    assert s.comparison.stop_reason == "significant after 7 pairs" and s.comparison.alpha == sequential_alpha(5, 12)
     again: list[str] = []
     sample({"baseline": Path("b"), "candidate": Path("c")}, spec, SamplingPolicy(5, 12, warmup=1), seed=3,
            bench=fake_bench({"baseline": 10.0, "candidate": 8.0}, again))
@@ -65,7 +71,51 @@ def test_sampling_stops_once_the_interval_is_narrower_than_the_minimum_effect():
     s = sample({"baseline": Path("b"), "candidate": Path("c"), "reference": Path("r")}, spec,
                SamplingPolicy(5, 15), seed=0, bench=fake_bench({"baseline": 10.0, "candidate": 10.0, "reference": 5.0}, calls))
     assert len(s.values["candidate"]) == 5 and s.comparison.precise
+    assert s.comparison.verdict == "no significant change" and s.comparison.stop_reason == "precise after 5 pairs"
     assert len(calls) == 3 * 6 and len(s.values["reference"]) == 5
+
+
+def test_noise_that_hides_the_answer_is_inconclusive_after_max_pairs():
+    values = iter([10.0, 10.0] + [10.0, 14.0, 14.0, 10.0] * 20)  # each side swings 1.4x: cannot tell
+    s = sample({"baseline": Path("b"), "candidate": Path("c")}, PerfSpec(command="x", metric="m", min_effect=0.03),
+               SamplingPolicy(5, 20), seed=1, bench=lambda side, root, spec: (next(values), "ms"))
+    c = s.comparison
+    assert len(s.values["candidate"]) == 20 and c.verdict == "inconclusive" and c.cv > 0.3
+    assert c.stop_reason == "max pairs reached (20), interval wider than min effect"
+
+
+def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
+    """A real Checker whose bench returns `values[side]` (times a little seeded noise)."""
+    task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False, min_effect=0.03)
+    ref = tmp_path / "reference.diff"
+    ref.write_text(make_patch(src, tmp_path, FASTER))
+    (tmp_path / "task.toml").write_text((tmp_path / "task.toml").read_text() + f'\n[reference]\npatch = "{ref}"\n')
+    from agent.task import load_task
+
+    rng = random.Random(0)
+
+    def bench(self, side, root, spec):
+        return values[side] * (1 + 0.002 * rng.random()), "ms"
+    monkeypatch.setattr(Checker, "_bench", bench)
+    return Checker(load_task(tmp_path / "task.toml"), tmp_path / "work", lock_dir=tmp_path / "locks", seed=2), src
+
+
+def test_the_fraction_of_the_reference_is_given_only_for_a_significant_speedup(tmp_path, monkeypatch):
+    c, src = _checker_with_fake_bench(tmp_path, monkeypatch, {"baseline": 10.0, "candidate": 10.0, "reference": 5.0})
+    with c:
+        same = c.evaluate(make_patch(src, tmp_path, SAME), perf=True, reference=True)
+        # stopped after 5 pairs (precise), where the reference cannot be significant yet: inconclusive
+        assert same.perf.verdict == "no significant change" and same.reference.verdict == "inconclusive"
+        assert same.reference.speedup == pytest.approx(2.0, rel=0.01) and same.reference.fraction_of_reference is None
+        assert "n/a (only for a significant speedup)" in summarize(same)
+    c, src = _checker_with_fake_bench(tmp_path / "b", monkeypatch,
+                                      {"baseline": 10.0, "candidate": 8.0, "reference": 5.0})
+    with c:
+        ev = c.evaluate(make_patch(src, tmp_path, FASTER), perf=True, reference=True)
+    assert ev.perf.verdict == "faster" and ev.perf.stop_reason == f"significant after {ev.perf.n_pairs} pairs"
+    assert ev.perf.cv is not None and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs)
+    assert ev.reference.fraction_of_reference == pytest.approx((ev.speedup - 1) / (ev.reference.speedup - 1))
+    assert ev.reference.fraction_of_reference == pytest.approx(0.25, rel=0.05)
 
 
 # -- the device lock ---------------------------------------------------------------------------
@@ -100,50 +150,61 @@ def perf_checker(tmp_path_factory):
     (tmp / "task.toml").write_text((tmp / "task.toml").read_text() + f'\n[reference]\npatch = "{ref}"\n')
     from agent.task import load_task
 
-    # at most 10 pairs (the default is 15): enough for these effects, and keeps the tests short
-    c = Checker(load_task(tmp / "task.toml"), tmp / "work", lock_dir=tmp / "locks", seed=11,
-                full=SamplingPolicy(min_pairs=5, max_pairs=10))
+    # the full policy (5..20 pairs, sequential): a clear answer stops early, noise takes longer
+    c = Checker(load_task(tmp / "task.toml"), tmp / "work", lock_dir=tmp / "locks", seed=11, full=FULL)
     yield c, src
     c.close()
 
 
 @pytest.mark.slow
-def test_aa_on_real_processes_reports_no_change(perf_checker):
-    """Baseline against itself. A 95% procedure may still cry wolf once in a while (about 3% of
-    A/A runs in test_checks_stats); a systematic bias (say, whoever runs second is faster) would
-    show in every repetition, so we allow one false verdict in three rather than flake."""
-    checker, _ = perf_checker
+def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
+    """Baseline against itself. The sequential procedure cries wolf in at most 5% of A/A runs
+    (tests/bench/bench_stats.py measures it); a systematic bias (say, whoever runs second is
+    faster) would show in every repetition, so we allow one false call in three rather than flake.
+    On a quiet machine the answer is "no significant change", on a noisy one "inconclusive"."""
+    checker, src = perf_checker
+    same = make_patch(src, tmp_path, SAME)
     verdicts = []
     for _ in range(3):
-        ev = checker.evaluate("", perf=True)
+        ev = checker.evaluate(same, perf=True)
         assert ev.verdict == "pass" and ev.perf.error is None, summarize(ev)
-        assert 5 <= ev.perf.n_pairs <= 10 and ev.perf.warmups_discarded == 1 and len(ev.perf.warmup_samples["baseline"]) == 1
+        assert 5 <= ev.perf.n_pairs <= 20 and ev.perf.warmups_discarded == 1 and len(ev.perf.warmup_samples["baseline"]) == 1
+        assert ev.perf.stop_reason and ev.perf.cv is not None, summarize(ev)
         verdicts.append(ev.perf.verdict)
-    assert verdicts.count("no significant change") >= 2, verdicts
+    assert set(verdicts) <= {"no significant change", "inconclusive", "faster", "slower"}, verdicts
+    assert sum(v in ("faster", "slower") for v in verdicts) <= 1, verdicts
 
 
 @pytest.mark.slow
 def test_injected_20_percent_slowdown_is_found_with_the_true_ratio_in_the_interval(perf_checker, tmp_path):
-    """The loop does exactly 1.2x the iterations. A 95% interval misses the truth 5% of the time
-    by design (more on a loaded machine), so a miss gets another measurement."""
+    """The loop does exactly 1.2x the iterations. Right answers: "slower" with 1.2 in the interval,
+    or, on a machine too noisy to tell in 20 pairs, "inconclusive" with 1.2 in the interval (honest).
+    Wrong answers fail at once: "faster", "no significant change" (a precise interval that holds 1 excludes 1.2, as
+    min_effect is 0.03). A 95% interval misses the truth 5% of the time by design, so a measurement
+    whose interval (or the reference's) misses the truth gets another; a biased method misses all three."""
     checker, src = perf_checker
     patch = make_patch(src, tmp_path, SLOWER)
-    for _ in range(3):  # a busy machine can blur one measurement; a biased method fails all three
+    seen = []
+    for _ in range(3):
         ev = checker.evaluate(patch, perf=True, reference=True)
-        ref = ev.reference.speedup if ev.reference is not None else None
-        if (ev.perf.verdict == "slower" and ev.perf.ci_low <= 1.2 <= ev.perf.ci_high
-                and ref is not None and abs(ref - 2.0) <= 0.3):
+        p, r = ev.perf, ev.reference
+        assert ev.verdict == "pass" and p.error is None and r is not None and r.error is None, summarize(ev)
+        seen.append(f"{p.verdict} {p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}] {p.n_pairs} pairs, cv {p.cv:.3f}")
+        assert p.verdict in ("slower", "inconclusive"), seen  # never faster, never a precise "no change"
+        assert p.verdict == "slower" or p.n_pairs == 20, seen  # unclear answers use every pair first
+        if p.ci_low <= 1.2 <= p.ci_high and r.verdict == "faster" and r.ci_low <= 0.5 <= r.ci_high:
             break
-    p = ev.perf
-    assert ev.verdict == "pass" and ev.coverage.covered == ["pkg/work.py:1"], summarize(ev)
-    assert p.verdict == "slower", summarize(ev)
-    assert p.ci_low <= 1.2 <= p.ci_high, summarize(ev)
-    assert p.p_value < 0.05 and p.unit == "ms" and p.metric == "spin_ms" and p.device == "cpu"
-    assert ev.speedup == pytest.approx(1 / p.ratio) and ev.speedup < 1
-    # the reference (half the iterations) ran in the same rounds
-    r = ev.reference
-    assert r.verdict == "faster" and r.speedup == pytest.approx(2.0, rel=0.15) and len(r.samples) == p.n_pairs
-    assert r.fraction_of_reference == pytest.approx((ev.speedup - 1) / (r.speedup - 1))
+    assert p.ci_low <= 1.2 <= p.ci_high, seen
+    assert ev.coverage.covered == ["pkg/work.py:1"], summarize(ev)
+    assert p.unit == "ms" and p.metric == "spin_ms" and p.device == "cpu" and p.stop_reason
+    assert ev.speedup == pytest.approx(1 / p.ratio)
+    # the reference (half the iterations) ran in the same rounds; a 2x gain is clear even on a noisy machine
+    assert r.verdict == "faster" and r.ci_low <= 0.5 <= r.ci_high and len(r.samples) == p.n_pairs, summarize(ev)
+    assert r.fraction_of_reference is None, "a slower candidate earns no share of the reference's gain"
+    if p.verdict == "slower":
+        assert p.p_value < p.alpha and ev.speedup < 1 and p.stop_reason == f"significant after {p.n_pairs} pairs"
+    else:
+        assert p.stop_reason.startswith("max pairs reached (20)") and "could not tell" in summarize(ev), seen
     assert (checker.lock_dir / "cpu.lock").exists()
 
 
@@ -151,10 +212,9 @@ def test_injected_20_percent_slowdown_is_found_with_the_true_ratio_in_the_interv
 def test_quick_mode_takes_few_pairs(perf_checker, tmp_path):
     checker, src = perf_checker
     ev = checker.evaluate(make_patch(src, tmp_path, FASTER), quick=True)
-    assert ev.quick and 4 <= ev.perf.n_pairs <= 5
+    # QUICK looks from 4 to 8 pairs; its per-look level (~0.039) is reachable from 6 pairs (all one way)
+    assert ev.quick and 6 <= ev.perf.n_pairs <= 8
     assert ev.perf.verdict == "faster" and ev.perf.speedup > 1.5, summarize(ev)
-
-
 def test_a_candidate_that_breaks_the_bench_fails_and_a_missing_metric_is_an_error(tmp_path):
     task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False)
     broken = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = None")})
@@ -165,8 +225,8 @@ def test_a_candidate_that_breaks_the_bench_fails_and_a_missing_metric_is_an_erro
 
     other = tmp_path / "other"
     other.mkdir()
-    task, _ = make_task(other, correctness=IMPORT_ONLY, poison=False, metric="tokens_per_s")
+    task, osrc = make_task(other, correctness=IMPORT_ONLY, poison=False, metric="tokens_per_s")
     with Checker(task, other / "work", lock_dir=tmp_path / "locks") as c:
-        ev = c.evaluate("", quick=True)
+        ev = c.evaluate(make_patch(osrc, other, SAME), quick=True)
     assert ev.verdict == "error"
     assert "metrics printed: other_ms, spin_ms" in ev.error

@@ -1,11 +1,16 @@
-"""The A/B statistics on synthetic samples: determinism, the A/A honesty claim, power, edges."""
+"""The A/B statistics on synthetic samples: determinism, the A/A honesty claim, power, edges;
+the paired analysis of interleaved rounds and its sequential stopping (no timed tests here:
+real processes are in test_perf.py and tests/bench/bench_stats.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from agent.checks.stats import compare, fraction_of_reference, speedup
+from agent.checks.evaluation import PerfResult
+from agent.checks.render import perf_line
+from agent.checks.stats import (_SEQUENTIAL_ALPHA, compare, compare_paired, fraction_of_reference, hodges_lehmann,
+                                sequential, sequential_alpha, speedup)
 
 
 def noisy(rng: np.random.Generator, n: int, scale: float = 1.0, sigma: float = 0.05) -> list[float]:
@@ -81,3 +86,101 @@ def test_bad_samples_are_refused():
         compare([], [1.0])
     with pytest.raises(ValueError):
         compare([1.0, 0.0], [1.0, 1.0])
+
+
+# -- paired rounds, sequential stopping ---------------------------------------------------------------
+def rounds(rng: np.random.Generator, n: int, ratio: float = 1.0, sigma: float = 0.02,
+           drift: float = 0.0) -> tuple[list[float], list[float]]:
+    """n interleaved rounds: a per-round factor both sides share (drift), each its own noise."""
+    shared = np.exp(rng.normal(0, drift, n))
+    return ([float(x) for x in noisy(rng, n, sigma=sigma) * shared],
+            [float(x) for x in noisy(rng, n, ratio, sigma=sigma) * shared])
+
+
+def test_paired_is_deterministic_and_the_estimate_is_the_hodges_lehmann_of_the_log_ratios():
+    b, c = rounds(np.random.default_rng(1), 10, 0.9)
+    r = compare_paired(b, c, seed=5)
+    assert r == compare_paired(b, c, seed=5) and r.paired
+    d = np.log(c) - np.log(b)
+    assert r.ratio == pytest.approx(np.exp(hodges_lehmann(d)))
+    assert r.ci_low <= r.ratio <= r.ci_high and r.cv == pytest.approx(np.std(d, ddof=1))
+    assert hodges_lehmann(np.array([0.0, 1.0, 10.0])) == 3.0  # median of the Walsh averages 0, .5, 1, 5, 5.5, 10
+    with pytest.raises(ValueError):
+        compare_paired([1.0, 2.0], [1.0])
+
+
+def test_pairing_cancels_drift_that_hides_the_change_from_an_unpaired_comparison():
+    """Both sides swing 2x from round to round (a neighbour's job), the candidate is 5% faster in every
+    round: the per-round ratios see it, two independent lists do not."""
+    b, c = rounds(np.random.default_rng(4), 12, 0.95, sigma=0.005, drift=0.3)
+    assert compare(b, c).verdict == "no significant change"
+    r = compare_paired(b, c)  # one look at 0.05 (one round has an outlier: p = 0.034)
+    assert r.verdict == "faster" and r.ci_low <= 0.95 <= r.ci_high
+
+
+def test_sequential_alpha_reproduces_its_table():
+    for (lo, hi, alpha), level in _SEQUENTIAL_ALPHA.items():
+        assert sequential_alpha(lo, hi, alpha, cached=False) == level
+    assert sequential_alpha(6, 6) == pytest.approx(0.0625)  # one look: 2/64 (all six one way) is < 0.0625
+
+
+def test_looking_after_every_round_keeps_the_aa_error_at_5_percent_for_any_symmetric_noise():
+    """The signed-rank p-values at every look from 5 to 20 pairs, on identical sides with heavy-tailed,
+    outlier-ridden noise (not the Gaussian the level was calibrated on): the chance that any look falls
+    below the per-look level stays <= 5%; testing every look at 0.05 would cry wolf far more often."""
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(9)
+    sims = 20000
+    d = rng.standard_t(2, (sims, 20)) * np.where(rng.random((sims, 20)) < 0.1, 5.0, 1.0)
+    p_min = np.min([sps.wilcoxon(d[:, :n], axis=1).pvalue for n in range(5, 21)], axis=0)
+    assert (p_min < sequential_alpha(5, 20)).mean() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / sims)
+    assert (p_min < 0.05).mean() > 0.12
+
+
+def test_sequential_aa_never_calls_a_change_on_these_runs_and_stops_early_when_precise():
+    rng = np.random.default_rng(11)
+    results = [sequential(*rounds(rng, 20, sigma=0.004), 5, 20, min_effect=0.03, seed=i, n_resamples=1000)
+               for i in range(30)]
+    assert all(r.verdict == "no significant change" for r in results)
+    assert all(r.stop_reason == f"precise after {r.n_candidate} pairs" for r in results)
+    assert np.mean([r.n_candidate for r in results]) < 7
+
+
+def test_sequential_stops_as_soon_as_the_change_is_significant():
+    b, c = rounds(np.random.default_rng(12), 20, 0.8, sigma=0.01)
+    r = sequential(b, c, 5, 20, min_effect=0.001, n_resamples=1000)
+    # the per-look level ~0.015 needs all eight rounds one way (p = 2/256): not reachable at 5-7
+    assert r.verdict == "faster" and r.stop_reason == "significant after 8 pairs" and r.n_candidate == 8
+    assert r.alpha == sequential_alpha(5, 20) and r.p_value < r.alpha and r.ci_high < 1
+
+
+def test_power_of_the_sequential_procedure_on_10_and_5_percent_effects_at_moderate_noise():
+    rng = np.random.default_rng(13)
+    for effect, sigma in ((1 / 1.10, 0.04), (1 / 1.05, 0.02)):
+        found = [sequential(*rounds(rng, 20, effect, sigma=sigma), 5, 20, seed=i, n_resamples=1000).verdict
+                 for i in range(40)]
+        assert found.count("faster") >= 38, (effect, found)
+
+
+def test_inconclusive_when_the_noise_hides_the_answer_with_the_noise_and_the_reason_recorded():
+    b, c = rounds(np.random.default_rng(14), 20, 0.95, sigma=0.25)
+    r = sequential(b, c, 5, 20, min_effect=0.05, n_resamples=1000)
+    assert r.verdict == "inconclusive" and r.n_candidate == 20
+    assert r.stop_reason == "max pairs reached (20), interval wider than min effect"
+    assert r.ci_high - r.ci_low > 0.05 and 0.2 < r.cv < 0.6
+    assert sequential(b[:12], c[:12], 5, 20, n_resamples=1000).stop_reason == "ran out of samples after 12 pairs"
+    line = perf_line(PerfResult(metric="m", direction="lower", verdict=r.verdict, ratio=r.ratio, ci_low=r.ci_low,
+                                ci_high=r.ci_high, p_value=r.p_value, alpha=r.alpha, n_pairs=20, cv=r.cv,
+                                stop_reason=r.stop_reason, min_effect=0.05))
+    assert line.startswith("inconclusive: m") and "noise cv" in line and "max pairs reached" in line
+    assert "could not tell" in line
+
+
+def test_a_narrow_interval_excluding_1_is_not_a_precise_no_change():
+    """Precision stops sampling only when the interval holds 1: a small real effect measured precisely
+    but short of the per-look level is still being decided, and at the end it is inconclusive."""
+    b = [1.0, 1.0, 1.0, 1.0, 1.0]
+    c = [0.95, 0.951, 0.952, 0.949, 0.953]
+    r = compare_paired(b, c, min_effect=0.03, alpha=0.0153)
+    assert r.precise and r.ci_high < 1 and r.p_value == 0.0625 and r.verdict == "inconclusive"

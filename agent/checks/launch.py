@@ -1,0 +1,73 @@
+"""Starting a workspace's test processes: forked from a warm interpreter where the command is
+plain Python, a fresh sandboxed process otherwise. Either way the process sees the same
+environment (agent.checks.correctness.check_env: the workspace and our check hook on PYTHONPATH).
+
+Bench samples never come from here: every child of one server shares its memory layout, and
+two servers' children ran the same code 0.88x-1.15x apart (agent.checks.perf starts each
+sample from scratch instead).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from agent.env.sandbox import CommandResult, run_command
+from agent.env.warm import WarmError, WarmPython, parse_python
+
+
+class Launcher:
+    """The processes of one workspace; one warm server per interpreter and set of writable folders."""
+
+    def __init__(self, root: Path, env: dict[str, str], *, warm: bool = True,
+                 log: Callable[[str], None] = lambda _: None):
+        self.root = Path(root)
+        self.env = env  # every process's; a run's own changes (poison, coverage) go on top
+        self.warm = warm and WarmPython.available()
+        self.log = log
+        self._servers: dict[tuple, WarmPython | None] = {}
+        self._lock = threading.Lock()
+        # bwrap's --die-with-parent follows the thread that started it: servers are started from this
+        # one thread, which lives as long as the launcher, not from a caller's short-lived worker.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-spawner")
+
+    def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...]) -> WarmPython | None:
+        key = (interpreter, writable)
+        with self._lock:
+            if key not in self._servers:
+                try:
+                    self._servers[key] = self._spawner.submit(
+                        WarmPython, interpreter, self.root, env=self.env, writable=writable, preload=preload).result()
+                except OSError as e:
+                    self.log(f"no warm interpreter ({e}); starting each process cold")
+                    self._servers[key] = None
+            return self._servers[key]
+
+    def run(self, command: str, *, timeout_s: float, env: dict[str, str] | None = None,
+            writable: tuple[Path, ...] = ()) -> CommandResult:
+        cmd = parse_python(command) if self.warm else None
+        server = self._server(cmd.interpreter, writable, _preload(cmd.argv, cmd.module)) if cmd else None
+        if server is not None:
+            try:
+                return replace(server.run(cmd, timeout_s=timeout_s, env=env), command=command)
+            except WarmError as e:
+                self.log(f"{e}; starting each process cold from now on")
+                with self._lock:
+                    self._servers[(cmd.interpreter, writable)] = None
+        return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},
+                           writable=writable)
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for s in servers:
+            if s is not None:
+                s.close()
+        self._spawner.shutdown(wait=False)
+
+
+def _preload(argv: tuple[str, ...], module: bool) -> tuple[str, ...]:
+    return ("torch", "pytest") if module and argv[0] == "pytest" else ("torch",)

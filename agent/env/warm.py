@@ -1,0 +1,138 @@
+"""Warm interpreters: one sandboxed Python per workspace that has imported torch once and forks
+a fresh child for each `python script.py` / `python -m module` command (see zygote.py).
+
+Starting the target's interpreter and importing torch costs about 2 s per process on a small
+machine, and an agent's run checks its candidates' tests dozens of times. Only plain Python commands are served warm, and only
+under bubblewrap (the server must own a PID namespace to leave no process behind between
+children); everything else runs through `run_command` as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.env.sandbox import DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, _real, _wrap, isolation
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+START_TIMEOUT_S = 180
+_INTERPRETER = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?$")
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
+
+
+@dataclass(frozen=True)
+class PythonCommand:
+    """`python [-u] script.py args` or `python [-u] -m module args`, split into what the server needs."""
+
+    interpreter: str
+    argv: tuple[str, ...]
+    module: bool
+
+
+def parse_python(command: str) -> PythonCommand | None:
+    """The command as a Python invocation a warm server can fork, or None (run it the usual way)."""
+    if _SHELL_SYNTAX.search(command):
+        return None
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return None
+    if len(tokens) < 2 or "=" in tokens[0] or not _INTERPRETER.fullmatch(tokens[0]):
+        return None
+    rest = tokens[1:]
+    while rest and rest[0] in ("-u", "-B"):  # both are the server's settings already
+        rest = rest[1:]
+    if len(rest) >= 2 and rest[0] == "-m":
+        return PythonCommand(tokens[0], tuple(rest[1:]), module=True)
+    if rest and rest[0].endswith(".py") and not rest[0].startswith("-"):
+        return PythonCommand(tokens[0], tuple(rest), module=False)
+    return None
+
+
+class WarmError(Exception):
+    """The server could not start or died; callers fall back to a cold process."""
+
+
+class WarmPython:
+    """One server in one sandbox at `cwd`; `run` is one forked child at a time."""
+
+    def __init__(self, interpreter: str, cwd: Path, *, env: dict[str, str], writable: tuple[Path, ...] = (),
+                 preload: tuple[str, ...] = ("torch",), lifetime_s: float = 6 * 3600):
+        self.interpreter = interpreter
+        self.cwd = Path(os.path.realpath(cwd))
+        self.preloaded: list[str] = []
+        self._lock = threading.Lock()
+        self._ready = False
+        self._dead: str | None = None
+        env = {**env, "PERFAGENT_PRELOAD": ",".join(preload)}
+        command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
+        argv = _wrap(command, self.cwd, isolation().mode, _real(writable), (ZYGOTE.parent,), env,
+                     ResourceLimits.default(), lifetime_s)
+        self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    @staticmethod
+    def available() -> bool:
+        return isolation().mode == "bwrap" and os.environ.get("PERFAGENT_WARM", "1") != "0"
+
+    def _read(self, timeout_s: float) -> dict:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.close()
+            self._dead = "the warm interpreter did not answer" if not ready else "the warm interpreter exited"
+            raise WarmError(self._dead)
+        return json.loads(line)
+
+    def _wait_ready(self) -> None:
+        if not self._ready:
+            hello = self._read(START_TIMEOUT_S)
+            self.preloaded, self._ready = hello.get("preloaded", []), True
+
+    def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
+            max_output: int = DEFAULT_MAX_OUTPUT) -> CommandResult:
+        """Fork one child running `cmd`; `env` changes (None removes) apply to that child only."""
+        with self._lock:
+            if self._dead:
+                raise WarmError(self._dead)
+            self._wait_ready()
+            assert self.proc.stdin is not None
+            request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
+                       "max_output": max_output}
+            start = time.monotonic()
+            try:
+                self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError:
+                self.close()
+                raise WarmError("the warm interpreter exited") from None
+            reply = self._read(timeout_s + 30)
+        text = reply["output"]
+        if reply["timed_out"]:
+            text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
+        display = shlex.join([cmd.interpreter, *(["-m"] if cmd.module else []), *cmd.argv])
+        return CommandResult(display, reply["exit"] if not reply["timed_out"] else -signal.SIGKILL, text,
+                             time.monotonic() - start, reply["timed_out"], reply["cut"], "bwrap")
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass

@@ -1,0 +1,215 @@
+"""A warm interpreter inside one sandbox: it imports the heavy modules once, then forks a fresh
+child per command, so a test run no longer pays torch's start-up.
+
+Runs as a script in the *target's* interpreter (stdlib only, CPython 3.9+), started by
+`agent.env.warm`. Requests and replies are JSON lines on stdin / stdout. Each child
+- is forked before it imports any of the workspace's code, so every run is a separate
+  process of the code under test;
+- gets its own session and a capped pipe for stdout + stderr;
+- leaves no process behind: after it ends, every other process in the sandbox's PID
+  namespace is killed, so one run cannot leave a daemon behind for the next.
+The server makes itself non-dumpable first, so no child can ptrace it or write its memory.
+Not for timing: every child shares its server's memory layout, a bias that differs per server.
+"""
+
+import builtins
+import ctypes
+import importlib.machinery
+import json
+import os
+import runpy
+import select
+import signal
+import sys
+import time
+import traceback
+import types
+
+PR_SET_DUMPABLE = 4
+
+
+def _ancestors():
+    """This process and its parents (bwrap's init, the shell), which must survive the sweep."""
+    keep, pid = set(), os.getpid()
+    while pid > 0 and pid not in keep:
+        keep.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return keep
+
+
+def _sweep(keep):
+    """Kill every process of the namespace but ours."""
+    for _ in range(3):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in others:
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+def _run_script(script, argv):
+    """As `python script.py` does it: argv[0] as given, __file__ and sys.path[0] absolute."""
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(script)
+    main = types.ModuleType("__main__")
+    main.__file__, main.__cached__, main.__builtins__ = script, None, builtins
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    sys.modules["__main__"] = main
+    with open(script, "rb") as f:
+        code = compile(f.read(), script, "exec")
+    exec(code, main.__dict__)
+
+
+def _child(req, write_fd, control):
+    os.setsid()
+    os.dup2(write_fd, 1)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    for fd in control:
+        os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    for key, value in req.get("env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    code = 0
+    try:
+        hook = sys.modules.get("sitecustomize")
+        if hook is not None and hasattr(hook, "perfagent_start"):
+            hook.perfagent_start()  # poison / coverage, as the request's environment asks
+        argv = req["argv"]
+        if req.get("module"):
+            sys.argv = [argv[0], *argv[1:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        else:
+            _run_script(os.path.abspath(argv[0]), argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            sys.stderr.write(f"{e.code}\n")
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()  # coverage saves its data at exit; os._exit would skip it
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code & 0xFF)
+
+
+def _collect(pid, read_fd, timeout_s, limit):
+    """Drain the child's output (head and tail kept) until it ends or the deadline passes."""
+    head, tail, total = bytearray(), bytearray(), 0
+    half = max(1, limit // 2)
+    deadline = time.monotonic() + timeout_s
+    status, timed_out, ended_at = None, False, None
+    while True:
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status, ended_at = st, time.monotonic()
+        now = time.monotonic()
+        if status is None and now > deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            _, status = os.waitpid(pid, 0)
+            ended_at = now
+        wait = 0.05 if status is None else max(0.0, ended_at + 0.5 - now)
+        ready, _, _ = select.select([read_fd], [], [], wait)
+        if not ready:
+            if status is not None:
+                break
+            continue
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            if status is None:
+                _, status = os.waitpid(pid, 0)
+            break
+        total += len(chunk)
+        room = max(0, half - len(head))
+        head += chunk[:room]
+        tail += chunk[room:]
+        if len(tail) > 4 * half:
+            del tail[:-half]
+    os.close(read_fd)
+    tail = bytes(tail[-half:])
+    cut = max(0, total - len(head) - len(tail))
+    text = head.decode("utf-8", "replace")
+    if cut:
+        text += f"\n[... {cut} bytes of output cut ...]\n"
+    text += tail.decode("utf-8", "replace")
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+    else:
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else 1
+    return {"exit": code, "output": text, "timed_out": timed_out, "cut": cut}
+
+
+def main():
+    control_in, control_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    loaded = []
+    for name in filter(None, os.environ.get("PERFAGENT_PRELOAD", "").split(",")):
+        try:
+            __import__(name)
+            loaded.append(name)
+        except BaseException:
+            pass
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    keep = _ancestors()
+    reader = os.fdopen(control_in, "rb")
+    writer = os.fdopen(control_out, "wb")
+
+    def reply(obj):
+        writer.write(json.dumps(obj).encode() + b"\n")
+        writer.flush()
+
+    reply({"ready": True, "preloaded": loaded, "python": sys.version.split()[0]})
+    for line in reader:
+        req = json.loads(line)
+        read_fd, write_fd = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            _child(req, write_fd, (control_in, control_out))
+        os.close(write_fd)
+        result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)))
+        result["duration_s"] = time.monotonic() - start
+        _sweep(keep)
+        reply(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Where one grading's time goes: `python tests/bench/bench_eval.py [TASK] [--patch FILE] [--cold]`.
+
+Grades the task's reference patch (or --patch) three ways on a fresh checker each: a full
+evaluation with the reference measured alongside (the final grading), a quick one (the agent's
+run_checks), and an empty diff (must be "no-change" at once). Prints one JSON line per grading,
+{"metric", "value", "unit"} plus the time of each phase, then a table. `--cold` starts every
+process afresh (no warm interpreter), as before warm interpreters existed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from agent.checks import Checker, Evaluation
+from agent.task import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def phases(ev: Evaluation, wall: float) -> dict[str, float]:
+    """Wall seconds per phase; "workspaces" is what is left: checkouts, integrity, coverage, start-up."""
+    c, p = ev.correctness, ev.perf
+    tests = max(c.plain.duration_s, c.poison.duration_s if c.poison else 0) if c else 0.0
+    perf = p.duration_s or 0.0 if p else 0.0
+    lock = p.lock_wait_s or 0.0 if p else 0.0
+    return {"tests": round(tests, 2), "perf": round(perf, 2), "lock_wait": round(lock, 2),
+            "workspaces": round(max(0.0, wall - tests - perf - lock), 2)}
+
+
+def grade(task, patch: str, *, quick: bool, reference: bool, warm: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks", warm=warm) as c:
+        t = time.monotonic()
+        ev = c.evaluate(patch, quick=quick, reference=reference)
+        wall = time.monotonic() - t
+    p = ev.perf
+    name = "no_change" if not patch.strip() else ("quick" if quick else "full")
+    return {"metric": f"eval_{name}_s", "value": round(wall, 2), "unit": "s", "verdict": ev.verdict,
+            "perf_verdict": p and p.verdict, "pairs": p and p.n_pairs, "speedup": ev.speedup,
+            "reference_speedup": ev.reference and ev.reference.speedup, **phases(ev, wall)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("task", nargs="?", default=str(ROOT / "tasks/cuda-graph-buffers.toml"))
+    ap.add_argument("--patch", default=None, help="default: the task's reference patch")
+    ap.add_argument("--cold", action="store_true", help="a fresh interpreter for every process")
+    args = ap.parse_args()
+    task = load_task(args.task)
+    patch = Path(args.patch or task.reference_patch).read_text()
+    rows = [grade(task, patch, quick=False, reference=True, warm=not args.cold),
+            grade(task, patch, quick=True, reference=False, warm=not args.cold),
+            grade(task, "", quick=False, reference=True, warm=not args.cold)]
+    for r in rows:
+        print(json.dumps(r))
+    print(f"\n{task.id} on {os.cpu_count()} cores, {'cold' if args.cold else 'warm'} test processes, bench samples from scratch")
+    print(f"{'grading':<12}{'wall s':>8}{'tests':>8}{'perf':>8}{'lock':>8}{'other':>8}  pairs  verdict")
+    for r in rows:
+        print(f"{r['metric'][5:-2]:<12}{r['value']:>8}{r['tests']:>8}{r['perf']:>8}{r['lock_wait']:>8}"
+              f"{r['workspaces']:>8}  {r['pairs'] or '-':>5}  {r['verdict']} {r['perf_verdict'] or ''}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Warm interpreters: a forked child behaves like a fresh `python script.py`, and a hostile one
+can neither outlive its run nor reach the server that forks the next sample."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agent.env.sandbox import base_env, isolation, run_command
+from agent.env.warm import PythonCommand, WarmPython, parse_python
+
+pytestmark = pytest.mark.skipif(isolation().mode != "bwrap", reason="warm interpreters need bubblewrap")
+
+SHOW = """import os, sys
+print(__name__, sys.argv, os.getcwd(), sys.path[0], os.environ.get("MARK"), "torch" in sys.modules)
+"""
+
+
+@pytest.fixture
+def server(tmp_path):
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "show.py").write_text(SHOW)
+    w = WarmPython("python", tmp_path, env=base_env({"PYTHONPATH": str(tmp_path)}), preload=("json",))
+    yield w, tmp_path
+    w.close()
+
+
+def test_parse_python_takes_plain_invocations_only():
+    assert parse_python("python bench/b.py --n 3") == PythonCommand("python", ("bench/b.py", "--n", "3"), False)
+    assert parse_python("python3 -u -m pytest -q -x tests") == PythonCommand("python3", ("pytest", "-q", "-x", "tests"), True)
+    assert parse_python("/opt/venv/bin/python3.11 b.py").interpreter == "/opt/venv/bin/python3.11"
+    for cold in ("python -c 'import x'", "python b.py | tee log", "FOO=1 python b.py", "python b.py; rm -rf x",
+                 "bash run.sh", "python", "python -X dev b.py", "python $(pwd)/b.py", "pytest -q"):
+        assert parse_python(cold) is None, cold
+
+
+def test_a_forked_child_sees_what_a_fresh_process_sees(server):
+    w, root = server
+    cold = run_command("python tool/show.py a 'b c'", root, env=base_env({"PYTHONPATH": str(root), "MARK": "1"}))
+    warm = w.run(parse_python("python tool/show.py a 'b c'"), timeout_s=30, env={"MARK": "1"})
+    assert warm.exit_code == 0 and warm.output == cold.output, (warm.output, cold.output)
+    assert w.run(parse_python("python tool/show.py"), timeout_s=30).output.split()[-2] == "None", \
+        "an environment change is the child's alone"
+    (root / "mod.py").write_text("import sys\nprint('as module', __name__)\nsys.exit(3)\n")
+    res = w.run(parse_python("python -m mod"), timeout_s=30)
+    assert res.exit_code == 3 and "as module __main__" in res.output
+
+
+def test_errors_timeouts_and_floods_are_the_childs_and_the_server_goes_on(server):
+    w, root = server
+    (root / "boom.py").write_text("raise ValueError('no')\n")
+    (root / "hang.py").write_text("import time\ntime.sleep(60)\n")
+    (root / "flood.py").write_text("import sys\nfor i in range(200000):\n    print('x' * 50)\n")
+    res = w.run(parse_python("python boom.py"), timeout_s=30)
+    assert res.exit_code == 1 and "ValueError: no" in res.output
+    t = time.monotonic()
+    res = w.run(parse_python("python hang.py"), timeout_s=1)
+    assert res.timed_out and time.monotonic() - t < 10
+    res = w.run(parse_python("python flood.py"), timeout_s=30, max_output=2000)
+    assert res.exit_code == 0 and res.cut_bytes > 1_000_000 and len(res.output) < 3000
+    assert w.run(parse_python("python tool/show.py"), timeout_s=30).exit_code == 0
+
+
+def test_a_sample_cannot_leave_a_process_running_into_the_next(server):
+    """A hostile bench forks a detached busy child (it would slow whatever side runs next)."""
+    w, root = server
+    beacon = root / "beacon"
+    (root / "daemon.py").write_text(f"""import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            with open({str(beacon)!r}, "a") as f:
+                f.write("x")
+            time.sleep(0.02)
+    os._exit(0)
+time.sleep(0.2)
+""")
+    assert w.run(parse_python("python daemon.py"), timeout_s=30).exit_code == 0
+    size = beacon.stat().st_size
+    time.sleep(0.5)
+    assert beacon.stat().st_size == size, "the detached child kept running after its run ended"
+
+
+def test_a_child_cannot_write_the_servers_memory(server):
+    """The server forks every later sample; a child that patched it would reach them all."""
+    w, root = server
+    (root / "poke.py").write_text("""import os
+try:
+    with open(f"/proc/{os.getppid()}/mem", "r+b") as f:
+        print("OPENED")
+except OSError as e:
+    print("DENIED", type(e).__name__)
+""")
+    res = w.run(parse_python("python poke.py"), timeout_s=30)
+    assert "DENIED" in res.output and "OPENED" not in res.output, res.output
+
+
+def test_a_child_that_kills_the_server_ends_only_that_server(tmp_path):
+    (tmp_path / "kill.py").write_text("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+    w = WarmPython("python", tmp_path, env=base_env(), preload=())
+    try:
+        from agent.env.warm import WarmError
+
+        with pytest.raises(WarmError):
+            w.run(parse_python("python kill.py"), timeout_s=30)
+        with pytest.raises(WarmError):
+            w.run(parse_python("python kill.py"), timeout_s=30)
+    finally:
+        w.close()
+
+
+def test_a_server_outlives_the_thread_that_first_used_it(tmp_path):
+    """The checks run plain and poisoned tests from pool threads that end; bwrap's --die-with-parent
+    follows the starting thread, so a server started there would die with it."""
+    import threading
+
+    from agent.checks.correctness import check_env, install_hook
+    from agent.checks.launch import Launcher
+
+    (tmp_path / "hi.py").write_text("print('hi')\n")
+    said: list[str] = []
+    launcher = Launcher(tmp_path, check_env(tmp_path, install_hook(tmp_path / "hook")), log=said.append)
+    try:
+        t = threading.Thread(target=lambda: launcher.run("python hi.py", timeout_s=30))
+        t.start()
+        t.join()
+        time.sleep(0.5)
+        res = launcher.run("python hi.py", timeout_s=30)
+        assert res.ok and res.output.strip() == "hi" and not said, said
+        assert [s for s in launcher._servers.values() if s is not None and s.proc.poll() is None], "still running"
+    finally:
+        launcher.close()
