@@ -277,3 +277,29 @@ def default_jobs() -> list[Job]:
         Job("metadata-alloc", "rules", 0, speedup=None),
         Job("rope-cache", SONNET, 0, verdict="fail", speedup=None, rejected=True),
     ]
+
+
+# A tiny task for agent runs: f fills every element before reading it (torch.empty is safe there);
+# g, with_g, relies on the zero fill (it is not).
+TINY_TOML = '''
+id = "{id}"
+repo = "src"
+prompt = "Use torch.empty where zeros are not needed."
+focus = ["pkg/mod.py"]
+protected = ["tests/**"]
+[correctness]
+command = "python -m pytest -q -p no:cacheprovider tests"
+'''
+
+
+def make_tiny_task(root: Path, *, task_id: str = "tiny", with_g: bool = True, extra: str = "",
+                   file: str = "tiny.toml") -> Path:
+    """The tiny repo under root/src and its task file (`extra` appended: more [correctness] keys, [budget])."""
+    mod = "import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n"
+    test = "from pkg.mod import f\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n"
+    if with_g:
+        mod += "\n\ndef g(n):\n    buf = torch.zeros(n)\n    buf[: n // 2] = 1.0\n    return buf\n"
+        test = test.replace("import f", "import f, g") + "\n\ndef test_g():\n    assert g(1000).sum().item() == 500\n"
+    make_repo(root / "src", {"pkg/__init__.py": "", "pkg/mod.py": mod, "tests/test_mod.py": test})
+    (root / file).write_text(TINY_TOML.format(id=task_id) + extra)
+    return root / file

@@ -23,25 +23,11 @@ from agent.agents.base import Session
 from agent.agents.codex import Codex
 from agent.agents.relay import PLACEHOLDER_KEY
 from fakeserver import Fail, FakeServer, Recorded, Turn, reply, tool_call
-from helpers import make_repo
+from helpers import make_tiny_task
 
 needs_codex = pytest.mark.skipif(shutil.which("codex") is None,
                                  reason="the Codex CLI is not on PATH (npm install -g @openai/codex)")
 
-TASK = '''
-id = "tiny"
-repo = "src"
-prompt = "Use torch.empty where zeros are not needed."
-focus = ["pkg/mod.py"]
-protected = ["tests/**"]
-[correctness]
-command = "python -m pytest -q -p no:cacheprovider tests"
-'''
-# f fills every element before reading it (torch.empty is safe); g relies on the zero fill (it is not).
-MOD = ("import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n\n\n"
-       "def g(n):\n    buf = torch.zeros(n)\n    buf[: n // 2] = 1.0\n    return buf\n")
-TEST = ("from pkg.mod import f, g\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n\n\n"
-        "def test_g():\n    assert g(1000).sum().item() == 500\n")
 MODEL = "gpt-5"  # priced in agent/models/pricing.json: 1.25 input, 0.125 cached input, 10 output per million
 REAL_KEY = "sk-upstream-test-key"
 U1 = {"input_tokens": 4000, "output_tokens": 120, "cache_read": 1000}
@@ -52,9 +38,7 @@ SAFE_SED = "sed -i '5s/torch.zeros(n)/torch.empty(n)/' pkg/mod.py && grep -c tor
 
 @pytest.fixture
 def task_file(tmp_path: Path) -> Path:
-    make_repo(tmp_path / "src", {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
-    (tmp_path / "tiny.toml").write_text(TASK)
-    return tmp_path / "tiny.toml"
+    return make_tiny_task(tmp_path)
 
 
 def perfagent(task_file: Path, server: FakeServer, run_id: str, *extra: str) -> subprocess.CompletedProcess:

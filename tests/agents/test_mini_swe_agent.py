@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Recorded, Turn, auth_error, reply
-from helpers import make_repo
+from helpers import make_tiny_task
 
 from agent.agents import make_agent
 from agent.agents.base import Session
@@ -33,20 +33,6 @@ from agent.task import Task, load_task
 pytestmark = pytest.mark.skipif(shutil.which("mini") is None,
                                 reason="mini-swe-agent is not on PATH (pip install mini-swe-agent)")
 
-TASK = '''
-id = "tiny"
-repo = "src"
-prompt = "Use torch.empty where zeros are not needed."
-focus = ["pkg/mod.py"]
-protected = ["tests/**"]
-[correctness]
-command = "python -m pytest -q -p no:cacheprovider tests"
-'''
-# f fills every element before reading it (torch.empty is safe); g relies on the zero fill (it is not).
-MOD = ("import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n\n\n"
-       "def g(n):\n    buf = torch.zeros(n)\n    buf[: n // 2] = 1.0\n    return buf\n")
-TEST = ("from pkg.mod import f, g\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n\n\n"
-        "def test_g():\n    assert g(1000).sum().item() == 500\n")
 SECRET = "sk-real-upstream-key-never-in-the-sandbox"
 OPENAI_MODEL = "openai/gpt-4o"  # our table: 2.5 input, 1.25 cached input, 10 output per million
 ANTHROPIC_MODEL = "anthropic/claude-sonnet-4-5"  # 3 input, 3.75 cache write, 0.30 cache read, 15 output
@@ -80,9 +66,7 @@ def cost(model: str, *usages: dict) -> float:
 
 @pytest.fixture
 def task(tmp_path: Path) -> Task:
-    make_repo(tmp_path / "src", {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
-    (tmp_path / "tiny.toml").write_text(TASK)
-    return load_task(tmp_path / "tiny.toml")
+    return load_task(make_tiny_task(tmp_path))
 
 
 @pytest.fixture

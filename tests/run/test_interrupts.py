@@ -20,24 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_repo
+from helpers import make_repo, make_tiny_task
 from fakeserver import hang, rate_limited
 
 
-TASK = '''
-id = "{id}"
-repo = "src"
-prompt = "Use torch.empty where zeros are not needed."
-focus = ["pkg/mod.py"]
-protected = ["tests/**"]
-[correctness]
-command = "python -m pytest -q -p no:cacheprovider tests"
-poison = false
-[budget]
-max_turns = 8
-'''
-MOD = "import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n"
-TEST = "from pkg.mod import f\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n"
 EDIT = {"path": "pkg/mod.py", "old": "torch.zeros(n)", "new": "torch.empty(n)"}
 
 
@@ -53,9 +39,8 @@ def write_replay(path: Path, *turns: list[dict]) -> str:
 def make_task(root: Path) -> tuple[Path, str]:
     """A tiny task with an id of its own, so its temp workspace can be told apart from any other."""
     task_id = f"sig-{os.getpid()}-{random.randrange(10**9)}"
-    make_repo(root / "src", {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
-    (root / "task.toml").write_text(TASK.format(id=task_id))
-    return root / "task.toml", task_id
+    return make_tiny_task(root, task_id=task_id, with_g=False, extra="poison = false\n[budget]\nmax_turns = 8\n",
+                          file="task.toml"), task_id
 
 
 def env(root: Path, **extra: str) -> dict[str, str]:

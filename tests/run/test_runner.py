@@ -15,34 +15,19 @@ from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
 from agent.run.loop import Limits
 from agent.run.runner import run_task
-from helpers import SAFE, UNSAFE, make_repo, make_task
+from helpers import SAFE, UNSAFE, make_task, make_tiny_task
 from fakeserver import auth_error, reply, tool_call
 
 
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CODE_KEYS = ["type", "subtype", "is_error", "duration_ms", "duration_api_ms", "num_turns", "result",
                     "session_id", "total_cost_usd", "usage", "modelUsage", "permission_denials", "uuid"]
-TASK = '''
-id = "tiny"
-repo = "src"
-prompt = "Use torch.empty where zeros are not needed."
-focus = ["pkg/mod.py"]
-protected = ["tests/**"]
-[correctness]
-command = "python -m pytest -q -p no:cacheprovider tests"
-[budget]
-max_turns = 8
-'''
-MOD = "import torch\n\n\ndef f(n):\n    buf = torch.zeros(n)\n    buf.copy_(torch.arange(n))\n    return buf\n"
-TEST = "from pkg.mod import f\n\n\ndef test_f():\n    assert f(4).tolist() == [0, 1, 2, 3]\n"
 USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read": 9000, "cache_write_5m": 1500}
 
 
 @pytest.fixture
 def task_file(tmp_path):
-    make_repo(tmp_path / "src", {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
-    (tmp_path / "tiny.toml").write_text(TASK)
-    return tmp_path / "tiny.toml"
+    return make_tiny_task(tmp_path, with_g=False, extra="[budget]\nmax_turns = 8\n")
 
 
 def perfagent(args, cwd, **env):
