@@ -215,26 +215,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--agent", default=OWN_AGENT, choices=AGENT_NAMES,
                    help="perfagent: our loop (default); claude-code, codex, mini-swe-agent: that CLI, sealed and metered")
     r.add_argument("--model", default=None,
-                   help="perfagent: rules (default) | anthropic:<model> | openai:<model> | replay:<trajectory.jsonl>; "
-                        "an external agent: its model (e.g. claude-sonnet-4-5)")
+                   help="perfagent: rules (the default: offline, no API key) | anthropic[:MODEL] (default model "
+                        "claude-sonnet-4-6) | openai:MODEL | replay:TRAJECTORY.jsonl; an external agent: its model "
+                        "(defaults: claude-code claude-sonnet-4-6, codex gpt-5, mini-swe-agent "
+                        "anthropic/claude-sonnet-4-6)")
     add_run_flags(r)
-    r.add_argument("--run-id", default=None)
+    r.add_argument("--run-id", default=None,
+                   help="results/<run-id>/ folder name, [A-Za-z0-9][A-Za-z0-9._-]* (default: a new timestamped id)")
     r.add_argument("--job", default=None, help="results sub-folder name (default: the task id)")
     r.add_argument("--out", default=".", help="folder that receives results/ and patches/")
-    r.add_argument("--keep-workspace", action="store_true")
+    r.add_argument("--keep-workspace", action="store_true",
+                   help="keep the run's temporary working copies (the agent's, the checks') instead of deleting them")
     r.add_argument("--quiet", action="store_true", help="no progress, no summary")
     r.add_argument("--json", action="store_true", help="print report.json to stdout")
     r.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="static performance findings on Python/PyTorch code")
-    lint.add_argument("paths", nargs="+", metavar="PATH")
+    lint.add_argument("paths", nargs="+", metavar="PATH", help="Python files or folders to analyse")
     lint.add_argument("--rule", action="append", help="only this rule id (repeatable)")
     lint.add_argument("--fix", action="store_true", help="apply the rewrites the analyzers consider safe")
-    lint.add_argument("--json", action="store_true")
+    lint.add_argument("--json", action="store_true", help="print the findings as JSON instead of a table")
     lint.set_defaults(func=cmd_lint)
 
     t = sub.add_parser("tasks", help="validate and list tasks (a task file, a task-set file or a directory)")
-    t.add_argument("path", nargs="?", default="tasks")
+    t.add_argument("path", nargs="?", default="tasks",
+                   help="a task file, a task-set file or a directory of tasks (default: tasks)")
     t.set_defaults(func=cmd_tasks)
     c = sub.add_parser("check", help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
     c.add_argument("task", help="a task file (TOML)")
@@ -245,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-perf", action="store_true", help="correctness only")
     c.add_argument("--reference", action="store_true", help="also measure the task's reference patch")
     c.add_argument("--seed", type=int, default=None, help="seed for the run order and the bootstrap")
-    c.add_argument("--lock-dir", default=None, help="device lock folder (default ~/.cache/perfagent/locks)")
+    c.add_argument("--lock-dir", default=None, help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
     c.set_defaults(func=cmd_check)
     b = sub.add_parser("batch", help="run a task set x models x samples in parallel; resumable; summarised")
     b.add_argument("set", nargs="?", help="a task-set file or a directory of tasks (with --resume: the run's own)")
@@ -258,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workers", type=int, default=2, help="jobs at once")
     b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
     b.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
-    b.add_argument("--run-id", default=None)
+    b.add_argument("--run-id", default=None,
+                   help="results/<run-id>/ folder name (default: a new timestamped id); "
+                        "with --resume: the run to continue")
     b.add_argument("--resume", action="store_true", help="run only the jobs with no done line in batch.jsonl")
     b.add_argument("--out", default=".", help="folder that receives results/ and patches/")
     b.add_argument("--job-timeout", type=float, default=None, help="hard limit per job, seconds")
@@ -268,15 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     rv = sub.add_parser("review", help="terminal view of a run or batch: verdicts, speedups, diffs, checks, cost")
     rv.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
     rv.add_argument("--task", default=None, help="show this task's runs (or one job key) in detail")
-    rv.add_argument("--sort", choices=("job", "speedup", "cost", "verdict"), default="job")
+    rv.add_argument("--sort", choices=("job", "speedup", "cost", "verdict"), default="job",
+                    help="order of the run list: job key (default), best speedup, lowest cost, or outcome")
     rv.set_defaults(func=cmd_review)
     rp = sub.add_parser("report", help="one self-contained HTML report of a run or batch")
-    rp.add_argument("results", metavar="RESULTS_DIR")
-    rp.add_argument("--html", required=True, metavar="OUT.html")
+    rp.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
+    rp.add_argument("--html", required=True, metavar="OUT.html", help="the HTML file to write")
     rp.set_defaults(func=cmd_report)
     cp = sub.add_parser("compare", help="what changed between two batch runs, task by task")
     cp.add_argument("run_a", metavar="RUN_A", help="results/<run-id> of the earlier run")
-    cp.add_argument("run_b", metavar="RUN_B")
+    cp.add_argument("run_b", metavar="RUN_B", help="results/<run-id> of the later run")
     cp.set_defaults(func=cmd_compare)
     # subcommands: one add_parser block each, in the order the README lists them
     return p

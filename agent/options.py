@@ -54,9 +54,11 @@ class RunOptions(BaseModel):
 SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("--base-url", "base_url", {}, "API base URL (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)"),
     ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
-    ("--max-turns", "max_turns", {"type": int}, ""),
-    ("--max-cost", "max_cost_usd", {"type": float}, "USD"),
-    ("--timeout", "timeout_s", {"type": float}, "seconds"),
+    ("--max-turns", "max_turns", {"type": int}, "stop after N model turns (default: the task's budget.max_turns)"),
+    ("--max-cost", "max_cost_usd", {"type": float},
+     "stop when the run has cost this many USD (default: the task's budget.max_cost_usd)"),
+    ("--timeout", "timeout_s", {"type": float},
+     "stop the run after this many seconds, model calls included (default: the task's budget.timeout_s)"),
     ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),
     ("--rounds", "rounds", {"type": int, "default": 2},
      "external agents: sessions at most; after a failing grade the agent is resumed with the checks' findings"),
@@ -70,7 +72,7 @@ OWN_FLAGS = {"keep_workspace": "keep_workspace", "lock_dir": "lock_dir", "seed":
 def add_run_flags(parser: argparse.ArgumentParser, *, batch: bool = False) -> None:
     """The run options every run takes, on the `run` parser or (each passed to every job) the `batch` one."""
     for flag, _, kw, help_text in SHARED_FLAGS:
-        parser.add_argument(flag, **kw, help=BATCH_HELP if batch else help_text or None)
+        parser.add_argument(flag, **kw, help=f"{help_text} ({BATCH_HELP})" if batch else help_text or None)
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:

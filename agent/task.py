@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,8 +27,23 @@ class _Spec(BaseModel):
 
 
 class SetupSpec(_Spec):
-    command: str = Field(min_length=1)
+    """The task's own environment. `python` names an interpreter (a path, relative to the task
+    file, or a name on PATH); `venv` lists the shell commands that fill a virtual environment made
+    from it, built once per machine and reused while `python` and the commands stay the same;
+    `command` runs in each new workspace, sandboxed and offline."""
+
+    python: str | None = Field(default=None, min_length=1)
+    venv: list[str] = []
+    command: str | None = Field(default=None, min_length=1)
     timeout_s: float = Field(default=600, gt=0)
+
+    @model_validator(mode="after")
+    def _something(self) -> "SetupSpec":
+        if self.python is None and not self.venv and self.command is None:
+            raise ValueError("give at least one of python, venv, command")
+        if any(not c.strip() for c in self.venv):
+            raise ValueError("venv: blank command")
+        return self
 
 
 class CorrectnessSpec(_Spec):
@@ -121,19 +136,21 @@ def resolve_near(file: Path, relative: str) -> Path | None:
 
 
 def _format_validation_error(file: Path, err: ValidationError) -> str:
-    first = err.errors()[0]
-    field = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        what = "unknown key"
-    elif kind == "missing":
-        what = "missing required key"
-    else:
-        what = first["msg"]
-        if "input" in first and not isinstance(first["input"], (dict, list)):
-            what += f" (got {first['input']!r})"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{file}: {field}: {what}{more}"
+    """Every error of the file, each "FILE: FIELD: problem", on one line joined by "; "."""
+    out = []
+    for e in err.errors():
+        field = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            what = "unknown key"
+        elif kind == "missing":
+            what = "missing required key"
+        else:
+            what = e["msg"]
+            if "input" in e and not isinstance(e["input"], (dict, list)):
+                what += f" (got {e['input']!r})"
+        out.append(f"{file}: {field}: {what}")
+    return "; ".join(out)
 
 
 def load_task(path: str | Path, *, check_base: bool = True) -> Task:

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-import git
-import pytest
+# The suite's perf measurements take device locks of their own, never the user-wide ones in
+# ~/.cache/perfagent/locks: a test run neither waits behind nor holds up another process's
+# measurement. Set before anything imports agent.checks.lock (its default reads this once);
+# job processes and CLI subprocesses inherit it.
+if not os.environ.get("PERFAGENT_LOCK_DIR"):
+    os.environ["PERFAGENT_LOCK_DIR"] = tempfile.mkdtemp(prefix="perfagent-test-locks-")
+    atexit.register(shutil.rmtree, os.environ["PERFAGENT_LOCK_DIR"], True)
 
-from helpers import make_repo
+import git  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers import make_repo  # noqa: E402
 
 pytest_plugins = ["fakeserver"]  # the fake_server fixture: a provider's wire format on 127.0.0.1
 

@@ -89,3 +89,20 @@ def test_task_sets_file_and_directory(tmp_path, small_repo):
     entries = load_task_set(tmp_path / "tasks")
     assert entries[0].id == "t1"
     assert isinstance(entries[1], TaskError) and "correctness.command" in str(entries[1])
+
+
+def test_every_validation_error_is_listed_on_one_line(tmp_path, small_repo):
+    """Five mistakes in one file: all five named (not "1 of 5"), each FILE: FIELD: problem."""
+    text = (GOOD.replace('id = "t1"', 'id = "has space"').replace('focus = ["pkg/mod.py"]', 'focus = "pkg/mod.py"')
+            .replace('command = "python -m pytest -q tests"', '').replace('title = "demo"', 'title = "demo"\ncolour = "red"')
+            + '[budget]\nmax_turns = 0\n')
+    f = write(tmp_path / "tasks" / "bad.toml", text)
+    with pytest.raises(TaskError) as exc:
+        load_task(f)
+    msg = str(exc.value)
+    assert "\n" not in msg and "more)" not in msg
+    parts = msg.split("; ")
+    assert len(parts) == 5
+    assert all(p.startswith(f"{f}: ") for p in parts)
+    fields = sorted(p[len(str(f)) + 2:].split(": ", 1)[0] for p in parts)
+    assert fields == ["budget.max_turns", "colour", "correctness.command", "focus", "id"]

@@ -107,7 +107,7 @@ class BatchOutcome:
     summary: BatchSummary
     run_dir: Path
     ran: int  # jobs that ran in this session
-    failed: int  # of those, failed
+    failed: int  # jobs of the run that count against it (`summary.is_failure`): failed, errored; exit 1 if any
     skipped: int
     elapsed_s: float
     summary_json: Path
@@ -208,7 +208,7 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
                 "elapsed_s": round(elapsed, 2), "jobs_run": counts["ran"],
                 "jobs_per_minute": round(counts["ran"] / elapsed * 60, 3) if counts["ran"] and elapsed > 0 else None})
             js, md = write_summary(run_dir, summary)
-    return BatchOutcome(summary=summary, run_dir=run_dir, ran=counts["ran"], failed=counts["failed"],
+    return BatchOutcome(summary=summary, run_dir=run_dir, ran=counts["ran"], failed=summary.failed,
                         skipped=len(skips), elapsed_s=elapsed,
                         summary_json=js, summary_md=md)
 

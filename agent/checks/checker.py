@@ -19,7 +19,7 @@ from agent.checks.correctness import check_env, install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.integrity import (IntegrityResult, check_integrity, installed_top_level_modules, is_test_path,
                                     plausibility_problem)
-from agent.checks.coverage import classify, executed_lines, write_rc
+from agent.checks import coverage
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
                                  ReferenceResult)
@@ -28,6 +28,8 @@ from agent.checks.patchinfo import added_lines, changes_anything, hygiene_proble
 from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
 from agent.checks.render import compact_lines
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
+from agent.env.interpreter import Interpreter, InterpreterError
+from agent.env.interpreter import prepare as prepare_interpreter
 from agent.env.sandbox import base_env, run_command
 from agent.task import PerfSpec, Task
 from agent.env.workspace import PatchError, Workspace
@@ -58,6 +60,7 @@ class Checker:
         self._hook: Path | None = None
         self._installed: frozenset[str] | None = None  # top-level modules the target's interpreter has
         self.warm = warm  # fork test processes from a warm interpreter where possible
+        self._interpreter: Interpreter | None = None  # the task's Python (its own venv, if it names one)
         self._slot: Workspace | None = None  # the candidate's folder, reset in place between evaluations
         self._tests: Launcher | None = None  # the slot's test processes (its warm interpreters)
 
@@ -71,6 +74,15 @@ class Checker:
         side-c, side-r), so no side's processes get a longer environment or sys.path than another's:
         such differences alone can shift timings by a percent or two."""
         return self.workdir / f"side-{side[0]}" / "repo"
+
+    def interpreter(self) -> Interpreter:
+        """The task's Python, its venv built on first use; CheckError when it cannot be had."""
+        if self._interpreter is None:
+            try:
+                self._interpreter = prepare_interpreter(self.task, log=self.log)
+            except InterpreterError as e:
+                raise CheckError(str(e)) from None
+        return self._interpreter
 
     def baseline(self) -> Workspace:
         if self._baseline is None:
@@ -106,8 +118,8 @@ class Checker:
             dest = self._side_dir("candidate")
             shutil.rmtree(dest, ignore_errors=True)
             self._slot = Workspace.create(base.root, base.base_commit, dest)
-            self._tests = Launcher(self._slot.root, check_env(self._slot.root, self._hook_dir()), warm=self.warm,
-                                   log=self.log)
+            env = check_env(self._slot.root, self._hook_dir(), bin_dir=self.interpreter().bin_dir)
+            self._tests = Launcher(self._slot.root, env, warm=self.warm, log=self.log)
         try:
             self._slot.apply_patch(patch)
         except PatchError:
@@ -145,18 +157,19 @@ class Checker:
 
     def _setup(self, ws: Workspace) -> CommandRun | None:
         spec = self.task.spec.setup
-        if spec is None:
+        if spec is None or spec.command is None:
             return None
         self.log(f"setup: {spec.command}")
-        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s, env=perfmod.perf_env(ws.root)))
+        env = perfmod.perf_env(ws.root, self.interpreter().bin_dir)
+        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s, env=env))
 
     def environment(self) -> Environment:
         if self._env is None:
-            self._env = probe(self.baseline().root)
+            self._env = probe(self.baseline().root, self.interpreter().bin_dir)
         return self._env
 
     def _bench(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
-        return perfmod.run_bench(side, root, spec)
+        return perfmod.run_bench(side, root, spec, self.interpreter().bin_dir)
 
     def _hook_dir(self) -> Path:
         if self._hook is None:
@@ -217,7 +230,7 @@ class Checker:
         if ev.coverage is not None and (ev.coverage.uncovered or not ev.coverage.measured):
             ev.verdict = "unverified"
             ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
-                              if ev.coverage.uncovered else ev.coverage.note or "coverage not measured")
+                              if ev.coverage.uncovered else ev.coverage.note or "changed-line coverage not measured")
         if perf and self.task.spec.perf is not None:
             self._perf(cand, ev, quick=quick, reference=reference)
         if ev.verdict in ("pass", "unverified") and (ev.integrity.flags or ev.integrity.plausibility):
@@ -229,7 +242,7 @@ class Checker:
         """Refusals (test collection, start-up files, shadowing modules) and flags, before anything runs."""
         if self._installed is None:
             try:
-                self._installed = installed_top_level_modules("python", base_env())
+                self._installed = installed_top_level_modules("python", base_env(bin_dir=self.interpreter().bin_dir))
             except RuntimeError as e:
                 raise CheckError(str(e)) from None
         changed = cand.changed_files()
@@ -241,14 +254,13 @@ class Checker:
     def _correctness(self, cand: Workspace, ev: Evaluation, changed) -> None:
         spec = self.task.spec.correctness
         py_files = [f.path for f in changed if f.path.endswith(".py")]
-        cov_dir = self.workdir / "coverage"
-        rc = write_rc(cov_dir, cand.root, py_files) if py_files else None
+        lines_dir = coverage.prepare(self.workdir / "coverage", cand.root, py_files) if py_files else None
         launcher = self._tests
         assert launcher is not None
 
         def run(name: str) -> CommandRun:
             return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s,
-                             poison=name == "poison", coverage_rc=rc if name == "plain" else None)
+                             poison=name == "poison", lines_dir=lines_dir if name == "plain" else None)
 
         # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
         # a GPU, where two test processes could exhaust device memory.
@@ -269,7 +281,8 @@ class Checker:
             ev.reasons.append("tests fail with uninitialised memory poisoned (a buffer is read before it is written)"
                               + _ids(poison))
         if changed:
-            ev.coverage = classify(cand.root, changed, executed_lines(cov_dir, rc) if rc else {})
+            rec = coverage.recorded(lines_dir) if lines_dir is not None else coverage.Recorded(lines={})
+            ev.coverage = coverage.classify(cand.root, changed, rec)
 
     def _perf(self, cand: Workspace, ev: Evaluation, *, quick: bool, reference: bool) -> None:
         spec = self.task.spec.perf

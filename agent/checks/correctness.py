@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     from agent.checks.launch import Launcher
 
 TAIL_CHARS = 4000
-_SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+# pytest's summary (`FAILED id - why`), any script that prints lines the same way, and unittest.
+_SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - |\s*$)", re.M)
 _VERBOSE = re.compile(r"^(\S+::\S+) (?:FAILED|ERROR)\b", re.M)
+_UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+ \([\w.]+\))", re.M)
 # CUBLAS_WORKSPACE_CONFIG: deterministic cuBLAS, else deterministic mode warns on every matmul.
 POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
@@ -32,19 +34,18 @@ def install_hook(folder: Path) -> Path:
     return folder
 
 
-def check_env(root: Path, hook_dir: Path, *, poison: bool = False, coverage_rc: Path | None = None) -> dict[str, str]:
+def check_env(root: Path, hook_dir: Path, *, poison: bool = False, bin_dir: Path | None = None) -> dict[str, str]:
     extra = {"PYTHONPATH": f"{hook_dir}:{root}"}
     if poison:
         extra |= POISON_ENV
-    if coverage_rc is not None:
-        extra["COVERAGE_PROCESS_START"] = str(coverage_rc)
-    return base_env(extra)
+    return base_env(extra, bin_dir=bin_dir)
 
 
 def failing_tests(output: str) -> list[str]:
-    """pytest node ids of failed/errored tests, from `-q`/`-r` summaries or `-v` lines."""
-    ids = _SUMMARY.findall(output) + _VERBOSE.findall(output)
-    return list(dict.fromkeys(i for i in ids if "::" in i or i.endswith(".py")))
+    """What failed, named as the test runner names it: pytest node ids (`-q`/`-r` summaries, `-v`
+    lines), unittest's `FAIL: test (module.Class)`, or a script's own `FAILED <name> - <why>` lines."""
+    ids = _SUMMARY.findall(output) + _VERBOSE.findall(output) + _UNITTEST.findall(output)
+    return list(dict.fromkeys(i for i in ids if not i.endswith(":")))
 
 
 def to_run(name: str, res: CommandResult) -> CommandRun:
@@ -54,10 +55,11 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
 
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,
-              coverage_rc: Path | None = None) -> CommandRun:
+              lines_dir: Path | None = None) -> CommandRun:
+    """One run of the correctness command; with `lines_dir`, its processes record the changed lines
+    they execute there (agent.checks.coverage)."""
     extra: dict[str, str] = dict(POISON_ENV) if poison else {}
-    if coverage_rc is not None:
-        extra["COVERAGE_PROCESS_START"] = str(coverage_rc)
-    res = launcher.run(command, timeout_s=timeout_s, env=extra,
-                       writable=(coverage_rc.parent,) if coverage_rc is not None else ())
+    if lines_dir is not None:
+        extra["PERFAGENT_LINES"] = str(lines_dir)
+    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=(lines_dir,) if lines_dir is not None else ())
     return to_run(name, res)

@@ -1,47 +1,73 @@
 """Coverage of a patch's changed lines: did any test execute each added or changed statement?
 
-coverage.py measures only the changed Python files (cheap), in every Python process the
-correctness command starts (through COVERAGE_PROCESS_START and our sitecustomize). A line
-counts when it belongs to an executable statement; blank lines, comments and the inner
-lines of a multi-line statement fold into the statement they are part of. `# pragma: no
-cover` is deliberately not honoured: a patch cannot excuse its own lines.
+Recorded in the target's own interpreter by our check hook (poison_hook.py), with no package
+installed there: every Python process the correctness command starts appends the lines of the
+changed files it runs to a file of its own in a folder the harness owns. "Not measured" (no
+process recorded anything, and why) is kept apart from "not executed" (recorded, line not run):
+neither is reported as the other. Statements are found here with coverage.py's parser: blank
+lines, comments and the inner lines of a multi-line statement fold into their statement, and
+`# pragma: no cover` is deliberately not honoured: a patch cannot excuse its own lines.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import coverage
-from coverage.exceptions import CoverageException, NoDataError, NotPython
+from coverage.exceptions import CoverageException, NotPython
 from coverage.parser import PythonParser
 
 from agent.checks.evaluation import CoverageResult
 from agent.checks.patchinfo import FileLines
+from agent.util.files import empty_folder
+
+NOT_STARTED = ("no Python process of the correctness command started perfagent's hook (the command "
+               "runs no Python, or its interpreter skips sitecustomize: -S, -I or a cleared PYTHONPATH)")
 
 
-def write_rc(folder: Path, root: Path, files: list[str]) -> Path:
-    """A coverage config that records `files` (repo-relative) from parallel processes into `folder`."""
+@dataclass
+class Recorded:
+    """What the correctness run's processes recorded: None lines means not measured, for `why`."""
+
+    lines: dict[str, set[int]] | None = None
+    why: str | None = None
+    processes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(folder: Path, root: Path, files: list[str]) -> Path:
+    """An empty `folder` with the list of files to record (repo-relative `files` under `root`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    include = "\n".join(f"    {(root / f).resolve()}" for f in files)
-    rc = folder / "coveragerc"
-    rc.write_text(f"[run]\ndata_file = {folder / '.coverage'}\nparallel = True\ninclude =\n{include}\n")
-    return rc
+    empty_folder(folder)
+    targets = sorted({p for f in files for p in (str(root / f), os.path.realpath(root / f))})
+    (folder / "targets.json").write_text(json.dumps(targets))
+    return folder
 
 
-def executed_lines(folder: Path, rc: Path) -> dict[str, set[int]] | None:
-    """Real path -> executed line numbers, union over all processes; None if no process recorded."""
-    if not any(folder.glob(".coverage.*")):
-        return None
-    cov = coverage.Coverage(config_file=str(rc))
-    try:
-        cov.combine(data_paths=[str(folder)], keep=True)
-    except (NoDataError, CoverageException):
-        return None
-    data = cov.get_data()
-    out: dict[str, set[int]] = {}
-    for f in data.measured_files():
-        out.setdefault(os.path.realpath(f), set()).update(data.lines(f) or [])
+def recorded(folder: Path) -> Recorded:
+    """Real path -> executed line numbers, union over every process that recorded."""
+    out = Recorded()
+    lines: dict[str, set[int]] = {}
+    for f in sorted(folder.glob("lines.*")):
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        for row in text.splitlines():
+            if row.startswith("#"):
+                out.processes += row.startswith("#started")
+                if row.startswith("#error"):
+                    out.notes.append(row[1:])
+                continue
+            name, _, number = row.rpartition("\t")
+            if number.isdigit():
+                lines.setdefault(os.path.realpath(name), set()).add(int(number))
+    if out.processes == 0 or out.notes:  # a process that could not record leaves the union incomplete
+        out.why = "; ".join(dict.fromkeys(out.notes)) or NOT_STARTED
+    else:
+        out.lines = lines
     return out
 
 
@@ -50,11 +76,13 @@ def _statement_of(parser: PythonParser, line: int) -> int | None:
     return first if first in parser.statements else None
 
 
-def classify(root: Path, changed: list[FileLines], executed: dict[str, set[int]] | None) -> CoverageResult:
-    """Split the executable changed lines into covered and uncovered, as "file:line"."""
+def classify(root: Path, changed: list[FileLines], rec: Recorded) -> CoverageResult:
+    """Split the executable changed lines into covered and uncovered, as "file:line"; when nothing
+    was measured, every line is in `changed` only and `note` says why."""
+    executed = rec.lines
     result = CoverageResult(measured=executed is not None)
     if executed is None:
-        result.note = "coverage could not be collected (no coverage data from the correctness run)"
+        result.note = f"changed-line coverage not measured: {rec.why}"
     for fl in changed:
         path = (root / fl.path).resolve()
         if not fl.path.endswith(".py"):
@@ -74,5 +102,6 @@ def classify(root: Path, changed: list[FileLines], executed: dict[str, set[int]]
                 continue
             name = f"{fl.path}:{line}"
             result.changed.append(name)
-            (result.covered if stmt in ran_statements else result.uncovered).append(name)
+            if executed is not None:
+                (result.covered if stmt in ran_statements else result.uncovered).append(name)
     return result

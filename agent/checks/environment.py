@@ -82,9 +82,10 @@ def device_name(gpu: str | None) -> str:
     return f"cuda:{visible or '0'}"
 
 
-def probe(root: Path) -> Environment:
-    """Run once per checker, in the baseline workspace."""
-    res = run_command(f"python -c {shlex.quote(_PROBE)}", root, timeout_s=120, env=base_env({"PYTHONPATH": str(root)}))
+def probe(root: Path, bin_dir: Path | None = None) -> Environment:
+    """Run once per checker, in the baseline workspace, with the task's interpreter."""
+    res = run_command(f"python -c {shlex.quote(_PROBE)}", root, timeout_s=120,
+                      env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir))
     info: dict = {}
     for line in res.output.splitlines():
         if line.startswith("PERFAGENT_ENV "):

@@ -124,6 +124,19 @@ def added_lines(diff: str) -> list[FileLines]:
     return [f for f in out if f.lines]
 
 
+def diff_summary(diff: str) -> str:
+    """"2 files, +5 -5": the size of a change, from its text."""
+    files = plus = minus = 0
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            files += 1
+        elif line.startswith("+") and not line.startswith("+++"):
+            plus += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            minus += 1
+    return f"{files} file{'s' if files != 1 else ''}, +{plus} -{minus}"
+
+
 def changes_anything(patch: str) -> bool:
     """False for a diff with nothing to grade: empty, or only blank lines and trailing spaces.
 

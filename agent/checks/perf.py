@@ -88,14 +88,14 @@ def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
     return found
 
 
-def perf_env(root: Path) -> dict[str, str]:
-    return base_env({"PYTHONPATH": str(root)})
+def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
+    return base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir)
 
 
-def run_bench(side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
+def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> tuple[float, str | None]:
     """One bench process, started from scratch: never forked from a warm interpreter, whose memory
     layout every child would share (an A/A measured 0.88x-1.15x between two such servers)."""
-    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root))
+    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir))
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")

@@ -5,7 +5,11 @@ Every Python process a check command starts runs this at start-up:
   fill uninitialised memory (NaN for floats, max int for ints), so a buffer read before
   it is written fails the tests. torch is not imported eagerly: processes that never use
   it pay nothing.
-- COVERAGE_PROCESS_START: coverage.py measures the process (and its Python children).
+- PERFAGENT_LINES=<folder>: record which lines of the files listed in <folder>/targets.json
+  run, each line once per process, appended to a file of its own in <folder> as it happens (so a
+  process that dies still leaves what it ran). No package is needed: `sys.monitoring` on 3.12+,
+  a tracer that looks only into those files' frames on 3.9-3.11, switched on as the first of them
+  is imported.
 Then the sitecustomize this file shadows, if any, still runs. A warm interpreter
 (agent/env/zygote.py) imports this once and calls `perfagent_start` in each forked child.
 """
@@ -19,15 +23,106 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _start_coverage():
-    if not os.environ.get("COVERAGE_PROCESS_START"):
-        return
-    try:
-        import coverage
+_lines = {"pid": None}
 
-        coverage.process_startup()
-    except Exception as e:  # the run goes on; the harness sees no data and says so
-        sys.stderr.write(f"perfagent: coverage not started: {e!r}\n")
+
+def _start_lines():
+    folder = os.environ.get("PERFAGENT_LINES")
+    if not folder or _lines["pid"] == os.getpid():
+        return
+    _lines["pid"] = os.getpid()
+    try:
+        import json
+
+        with open(os.path.join(folder, "targets.json")) as f:
+            targets = frozenset(json.load(f))
+        out = open(os.path.join(folder, "lines.%d.%s" % (os.getpid(), os.urandom(4).hex())), "a", buffering=1)
+        out.write("#started python %d.%d\n" % sys.version_info[:2])
+    except Exception as e:  # the run goes on; no file means "not measured", and the harness says why
+        sys.stderr.write("perfagent: changed-line recording not started: %r\n" % (e,))
+        return
+
+    def wanted(filename):
+        """The file's normal absolute name if it is recorded ("./x.py" and "a/./x.py" come from
+        relative sys.path entries)."""
+        filename = os.path.abspath(filename)
+        return filename if filename in targets else None
+
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool = next((t for t in (monitoring.COVERAGE_ID, 4, 3, 5) if monitoring.get_tool(t) is None), None)
+        if tool is None:
+            out.write("#error no free sys.monitoring tool id\n")
+            return
+        monitoring.use_tool_id(tool, "perfagent")
+
+        def on_line(code, line):
+            name = wanted(code.co_filename)
+            if name:
+                out.write("%s\t%d\n" % (name, line))
+            return monitoring.DISABLE  # each line is reported once, then costs nothing
+
+        monitoring.register_callback(tool, monitoring.events.LINE, on_line)
+        monitoring.set_events(tool, monitoring.events.LINE)
+        return
+
+    import threading
+
+    seen = set()
+    verdicts = {}
+
+    def local(frame, event, arg):
+        if event == "line":
+            key = (verdicts[frame.f_code], frame.f_lineno)
+            if key not in seen:
+                seen.add(key)
+                out.write("%s\t%d\n" % key)
+        return local
+
+    def on_call(frame, event, arg):
+        code = frame.f_code
+        if code not in verdicts:
+            verdicts[code] = wanted(code.co_filename)
+        return local if verdicts[code] else None
+
+    # A tracer costs a Python call per Python call, and importing a big package (sglang: 6 s) is
+    # mostly calls: it is switched on only as the first changed module is imported.
+    stems = {os.path.splitext(os.path.basename(t))[0] for t in targets}
+    stems |= {os.path.basename(os.path.dirname(t)) for t in targets if t.endswith("__init__.py")}
+    state = {"on": False}
+
+    def activate():
+        if not state["on"]:
+            state["on"] = True
+            sys.settrace(on_call)
+            threading.settrace(on_call)
+
+    class OnChangedImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if state["on"] or name.rpartition(".")[2] not in stems:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and spec.origin and wanted(spec.origin):
+                activate()  # found is as good as run: an import or `python -m` (runpy) follows
+            return None  # the usual finders go on to find it: this one only watches
+
+    def missed():
+        """A changed file that ran before the tracer was on (a script run as __main__, a file loaded
+        by path): its lines are not measured in this process, and the harness must not call them
+        unexecuted."""
+        if state["on"]:
+            return
+        for module in list(sys.modules.values()):
+            name = getattr(module, "__file__", None)
+            if name and wanted(name):
+                out.write("#error %s ran outside the import system, before line recording could start\n"
+                          % os.path.basename(name))
+                return
+
+    import atexit
+
+    atexit.register(missed)
+    sys.meta_path.insert(0, OnChangedImport())
 
 
 def _poison(torch):
@@ -68,7 +163,7 @@ def _chain():
 
 def perfagent_start():
     """What the environment asks for; a warm interpreter calls it again in each forked child."""
-    _start_coverage()
+    _start_lines()
     if os.environ.get("PERFAGENT_POISON") == "1":
         if "torch" in sys.modules:
             _poison(sys.modules["torch"])

@@ -112,6 +112,16 @@ def _reference_line(r: ReferenceResult) -> str:
     return f"speedup {_num(r.speedup)}x; fraction of it achieved: {frac}"
 
 
+def verdict_line(ev: Evaluation) -> str:
+    """One line for a check as it lands: the verdict, then why it failed or how fast it was."""
+    why = first_line(ev.reasons[0]) if ev.reasons else first_line(ev.note) if ev.note else ""
+    p = ev.perf
+    fast = (f"{p.verdict}: ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] "
+            f"(speedup {_num(p.speedup, '.2f')}x), {p.n_pairs} pairs"
+            if p is not None and not p.error and p.ratio is not None else "")
+    return " · ".join(x for x in (ev.verdict, why, fast) if x)
+
+
 def summarize(ev: Evaluation) -> str:
     """What the agent reads after run_checks: the verdict, what failed and why, the speedup."""
     out = [f"verdict: {ev.verdict}"]

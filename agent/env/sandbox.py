@@ -125,10 +125,15 @@ def _probe(argv: list[str]) -> bool:
         return False
 
 
-def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A small, predictable environment: our Python first on PATH, no secrets."""
+def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None) -> dict[str, str]:
+    """A small, predictable environment, no secrets: first on PATH the task's own Python (`bin_dir`,
+    see agent.env.interpreter) if it has one, else ours."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+    env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+    if bin_dir is not None:
+        env.pop("VIRTUAL_ENV", None)
+        if (bin_dir.parent / "pyvenv.cfg").is_file():
+            env["VIRTUAL_ENV"] = str(bin_dir.parent)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})

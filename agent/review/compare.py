@@ -1,18 +1,45 @@
-"""`perfagent compare`: what changed between two batch runs, per model and task by task."""
+"""`perfagent compare`: what changed between two batch runs, per model and task by task.
+
+A change of speed is claimed only when the evidence says so: each side's best correct run
+carries its speedup's 95% interval (from its own interleaved A/B rounds), and "faster" or
+"slower" needs the two intervals to be disjoint; overlapping ones are "no clear difference",
+and a side without an interval (or measured inconclusively) makes it "inconclusive". How each
+run ended (its report's subtype) is shown on both sides, and a change in failures is named.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.batch.summary import ModelSummary, TaskRow
-from agent.review.load import Results
+from agent.batch.summary import ModelSummary, TaskRow, is_failure
+from agent.review.load import Results, RunView
+from agent.review.rows import fmt_speedup, run_outcome
 
 CHANGE_STYLE = {"new": "cyan", "gone": "magenta", "more correct": "green", "faster": "green",
-                "fewer correct": "red", "slower": "red", "same": "dim", "not comparable": "yellow"}
+                "fewer correct": "red", "slower": "red", "same": "dim", "not comparable": "yellow",
+                "fewer failures": "green", "more failures": "red", "no clear difference": "dim",
+                "inconclusive": "yellow"}
+
+
+def speed_change(a: RunView | None, b: RunView | None) -> str | None:
+    """faster | slower (the two 95% intervals are disjoint) | no clear difference | inconclusive; None
+    when a side has no speedup to compare."""
+    if a is None or b is None or a.speedup is None or b.speedup is None:
+        return None
+    ia, ib = a.interval, b.interval
+    if ia is None or ib is None:
+        return "inconclusive"
+    if ib[0] > ia[1]:
+        return "faster"
+    if ib[1] < ia[0]:
+        return "slower"
+    if "inconclusive" in (a.perf.verdict if a.perf else None, b.perf.verdict if b.perf else None):
+        return "inconclusive"
+    return "no clear difference"
 
 
 @dataclass
@@ -25,6 +52,36 @@ class CompareRow:
     b: TaskRow | None
     verdicts_a: list[str]
     verdicts_b: list[str]
+    runs_a: list[RunView] = field(default_factory=list)  # by sample
+    runs_b: list[RunView] = field(default_factory=list)
+
+    @property
+    def outcomes_a(self) -> list[str]:
+        return [run_outcome(r) for r in self.runs_a]
+
+    @property
+    def outcomes_b(self) -> list[str]:
+        return [run_outcome(r) for r in self.runs_b]
+
+    @property
+    def subtypes_a(self) -> list[str]:
+        return [_subtype(r) for r in self.runs_a]
+
+    @property
+    def subtypes_b(self) -> list[str]:
+        return [_subtype(r) for r in self.runs_b]
+
+    @property
+    def best_a(self) -> RunView | None:
+        return _best(self.runs_a)
+
+    @property
+    def best_b(self) -> RunView | None:
+        return _best(self.runs_b)
+
+    @property
+    def speed(self) -> str | None:
+        return speed_change(self.best_a, self.best_b)
 
     @property
     def change(self) -> str:
@@ -37,21 +94,42 @@ class CompareRow:
         ra, rb = self.a.correct / max(self.a.jobs, 1), self.b.correct / max(self.b.jobs, 1)
         if rb != ra:
             return "more correct" if rb > ra else "fewer correct"
-        sa, sb = self.a.best_speedup, self.b.best_speedup
-        if sa is not None and sb is not None and sa != sb:
-            return "faster" if sb > sa else "slower"
+        fa, fb = _failures(self.runs_a), _failures(self.runs_b)
+        if fa != fb:
+            return "more failures" if fb > fa else "fewer failures"
+        speed = self.speed
+        if speed is not None:
+            return speed
         return "same"
+
+
+def _subtype(run: RunView) -> str:
+    """How the run ended (its report's subtype), or what stands in for it."""
+    if run.report is not None:
+        return run.report.subtype
+    return run.verdict  # failed, skipped, pending, missing / corrupt report
+
+
+def _best(runs: list[RunView]) -> RunView | None:
+    """The correct run with the best speedup: the one the task row's "best speedup" is."""
+    ok = [r for r in runs if run_outcome(r) == "pass" and r.speedup is not None]
+    return max(ok, key=lambda r: r.speedup or 0.0, default=None)
+
+
+def _failures(runs: list[RunView]) -> int:
+    return sum(1 for r in runs if r.record is not None and is_failure(r.record))
 
 
 def compare_results(a: Results, b: Results) -> list[CompareRow]:
     rows_a = {(t.task, t.model): t for t in a.summary.tasks}
     rows_b = {(t.task, t.model): t for t in b.summary.tasks}
 
-    def verdicts(res: Results, task: str, model: str) -> list[str]:
-        return [r.verdict for r in sorted(res.runs, key=lambda r: r.sample) if (r.task, r.model) == (task, model)]
+    def runs(res: Results, task: str, model: str) -> list[RunView]:
+        return [r for r in sorted(res.runs, key=lambda r: r.sample) if (r.task, r.model) == (task, model)]
 
     keys = set(rows_a) | set(rows_b) | {(r.task, r.model) for r in a.runs + b.runs}
-    return [CompareRow(t, m, rows_a.get((t, m)), rows_b.get((t, m)), verdicts(a, t, m), verdicts(b, t, m))
+    return [CompareRow(t, m, rows_a.get((t, m)), rows_b.get((t, m)), [r.verdict for r in runs(a, t, m)],
+                       [r.verdict for r in runs(b, t, m)], runs(a, t, m), runs(b, t, m))
             for t, m in sorted(keys)]
 
 
@@ -69,14 +147,35 @@ def _correct(x: TaskRow | ModelSummary | None, y: TaskRow | ModelSummary | None)
     return f"{f'{x.correct}/{x.jobs}' if x else '-'} -> {f'{y.correct}/{y.jobs}' if y else '-'}"
 
 
+def _pair(x: list[str], y: list[str], *, collapse: bool = False) -> str:
+    """"pass, fail -> pass, pass", sample by sample; `collapse`: a side of one repeated word is written once."""
+    def side(v: list[str]) -> str:
+        if not v:
+            return "-"
+        return f"{v[0]} (all {len(v)})" if collapse and len(v) > 1 and len(set(v)) == 1 else ", ".join(v)
+
+    return f"{side(x)} -> {side(y)}"
+
+
+def _speedups(r: CompareRow) -> str:
+    """Each side's best correct speedup with its 95% interval: the evidence behind faster / slower."""
+    def side(run: RunView | None) -> str:
+        return "-" if run is None else fmt_speedup(run)
+
+    return f"{side(r.best_a)} -> {side(r.best_b)}"
+
+
 def compare_table(a: Results, b: Results, rows: list[CompareRow]) -> Table:
-    t = Table(title=f"{a.run_id} -> {b.run_id}", title_justify="left")
-    for col in ("task", "model", "verdicts", "correct", "best speedup", "cost", "change"):
+    t = Table(title=f"{a.run_id} -> {b.run_id}", title_justify="left",
+              caption="faster / slower: the two runs' 95% intervals do not overlap; otherwise no clear difference "
+                      "(or inconclusive, when a side's measurement could not tell)", caption_justify="left")
+    for col in ("task", "model", "outcomes", "ended", "correct", "best speedup [95% CI]", "cost", "change"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(r.task, r.model, f"{', '.join(r.verdicts_a) or '-'} -> {', '.join(r.verdicts_b) or '-'}",
-                  _correct(r.a, r.b),
-                  _arrow(r.a.best_speedup if r.a else None, r.b.best_speedup if r.b else None, ".3f"),
+        t.add_row(r.task, r.model, _pair(r.outcomes_a, r.outcomes_b),
+                  Text(_pair(r.subtypes_a, r.subtypes_b, collapse=True),
+                       style="" if r.subtypes_a == r.subtypes_b else "yellow"),
+                  _correct(r.a, r.b), _speedups(r),
                   _arrow(r.a.cost_usd if r.a else None, r.b.cost_usd if r.b else None, ".4f", "$"),
                   Text(r.change, style=CHANGE_STYLE.get(r.change, "")))
     return t
@@ -86,14 +185,26 @@ def model_compare_table(a: Results, b: Results) -> Table:
     ma = {m.model: m for m in a.summary.models}
     mb = {m.model: m for m in b.summary.models}
     t = Table(title="per model", title_justify="left")
-    for col in ("model", "correct", "geomean speedup", "cost"):
+    for col in ("model", "correct", "failed", "geomean speedup (no interval: see the tasks)", "cost"):
         t.add_column(col)
     for model in sorted(set(ma) | set(mb)):
         x, y = ma.get(model), mb.get(model)
-        t.add_row(model, _correct(x, y),
-                  _arrow(x.geomean_speedup if x else None, y.geomean_speedup if y else None, ".3f"),
+        t.add_row(model, _correct(x, y), _failed(x, y),
+                  f"{_x(x.geomean_speedup if x else None)} -> {_x(y.geomean_speedup if y else None)}",
                   _arrow(x.cost_usd if x else None, y.cost_usd if y else None, ".4f", "$"))
     return t
+
+
+def _failed(x: ModelSummary | None, y: ModelSummary | None) -> str:
+    """Jobs that failed or ended in an error subtype, on each side."""
+    def side(m: ModelSummary | None) -> str:
+        return "-" if m is None else f"{m.failed + m.errored}/{m.jobs}"
+
+    return f"{side(x)} -> {side(y)}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
 
 
 def render_compare(console: Console, a: Results, b: Results) -> list[CompareRow]:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 from agent.agents import OWN_AGENT, split_spec
+from agent.batch.summary import outcome
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
@@ -27,15 +28,25 @@ if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
 
 SortKey = Literal["job", "speedup", "cost", "verdict"]
-VERDICT_ORDER = ["pass", "unverified", "fail", "rejected", "suspicious", "error", "no-change", "failed", "skipped",
-                 "corrupt report", "missing report", "pending"]
+VERDICT_ORDER = ["pass", "unverified", "fail", "rejected", "suspicious", "error", "error_max_turns", "error_max_budget",
+                 "error_during_execution", "no change", "no-change", "failed", "skipped", "corrupt report",
+                 "missing report", "pending"]
 EMPTY_PATCH = "empty diff: no change was emitted"
 
 
 # -- verdicts, sorting, numbers ------------------------------------------------------------------------
 def verdict_level(verdict: str) -> Level:
-    """A run's verdict adds words an evaluation never has: not run yet, skipped, no verdict."""
-    return "info" if verdict in ("skipped", "pending", "-") else evaluation_level(verdict)
+    """A run's verdict adds words an evaluation never has: not run yet, skipped, no verdict, no change."""
+    return "info" if verdict in ("skipped", "pending", "-", "no change") else evaluation_level(verdict)
+
+
+def run_outcome(run: RunView) -> str:
+    """What the run came to, as the batch's tables count it (`agent.batch.summary.outcome`): an error
+    subtype wins over the verdict (a run that hit max turns is never shown "pass"), an empty submission
+    is "no change"; a pending job, or one whose report is missing or corrupt, says so."""
+    if run.pending or run.problem or run.record is None:
+        return run.verdict
+    return outcome(run.record)
 
 
 def sort_runs(runs: list[RunView], by: SortKey = "job") -> list[RunView]:
@@ -48,7 +59,7 @@ def sort_runs(runs: list[RunView], by: SortKey = "job") -> list[RunView]:
     if by == "cost":
         return sorted(runs, key=lambda r: (r.cost_usd is None, r.cost_usd or 0, r.key))
     if by == "verdict":
-        return sorted(runs, key=lambda r: (rank(r.verdict), r.key))
+        return sorted(runs, key=lambda r: (rank(run_outcome(r)), r.key))
     return sorted(runs, key=lambda r: r.key)
 
 
@@ -82,6 +93,11 @@ def check_rows(run: RunView) -> list[Row]:
     if run.record is not None and run.record.status != "done":
         rows.append(Row("batch", f"{run.record.status}: {run.record.reason or 'no reason recorded'}",
                         "bad" if run.record.status == "failed" else "info"))
+    rep = run.report
+    if rep is not None and not run.problem and (rep.is_error or rep.subtype != "success"):
+        said = printable(rep.result.strip().splitlines()[0]) if rep.result.strip() else "no result"
+        rows.append(Row("run ended", f"{rep.subtype}: {said} (a failure, whatever its last passing patch graded)",
+                        "bad"))
     if run.problem:
         rows.append(Row("report", run.problem, "bad"))
         found = [a for a in ARTIFACTS if (run.dir / a).is_file() and a != "report.json"]

@@ -13,8 +13,8 @@ from agent.batch.summary import summary_tables
 from agent.checks.render import LEVEL_STYLE, rows_table
 from agent.review.load import PatchFile, Results, ReviewError, RunView
 from agent.review.rows import (EMPTY_PATCH, SortKey, agent_rows, check_rows, claim_rows, contestant, fmt_cost,
-                               fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_summary, sample_plot,
-                               sort_runs, token_costs, verdict_level)
+                               fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_outcome, run_summary,
+                               sample_plot, sort_runs, token_costs, verdict_level)
 from agent.run.result import Report
 
 
@@ -25,11 +25,11 @@ def _verdict_text(verdict: str) -> Text:
 def runs_table(results: Results, runs: list[RunView]) -> Table:
     t = Table(title=f"{results.run_id}: {len(runs)} run(s)", title_justify="left")
     for col, kw in (("job", {"overflow": "fold"}), ("task", {}), ("model", {}), ("sample", {"justify": "right"}),
-                    ("verdict", {}), ("speedup [95% CI]", {"justify": "right"}), ("cost", {"justify": "right"}),
+                    ("outcome", {}), ("speedup [95% CI]", {"justify": "right"}), ("cost", {"justify": "right"}),
                     ("turns", {"justify": "right"})):
         t.add_column(col, **kw)
     for r in runs:
-        t.add_row(r.key, r.task, contestant(r.model, r.agent), f"s{r.sample}", _verdict_text(r.verdict),
+        t.add_row(r.key, r.task, contestant(r.model, r.agent), f"s{r.sample}", _verdict_text(run_outcome(r)),
                   fmt_speedup(r), fmt_cost(r), "-" if r.turns is None else str(r.turns))
     return t
 
@@ -72,7 +72,7 @@ def run_detail(run: RunView) -> Group:
     rep = run.report
     head = Text.assemble((f"{run.key}", "bold"),
                          f"  task {run.task} · model {contestant(run.model, run.agent)} · sample s{run.sample} · ",
-                         _verdict_text(run.verdict))
+                         _verdict_text(run_outcome(run)))
     if rep is not None:
         head.append(f"\n{run_summary(rep)}, cost {fmt_usd(rep.total_cost_usd)}")
     if run.record is not None and run.record.reason:

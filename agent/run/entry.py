@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
+from agent.checks import CheckError
 from agent.env.workspace import PatchError, WorkspaceError
 from agent.models.base import ModelError
 from agent.options import RunOptions
@@ -60,7 +61,7 @@ def guarded(call: Callable[[], int]) -> int:
     err = Console(stderr=True)
     try:
         return call()
-    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError) as e:
+    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError, CheckError) as e:
         err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling

@@ -55,6 +55,7 @@ class Sealed:
     home: Path
     out: Path
     socket: Path
+    bin_dir: Path | None = None  # the task's Python, first on the agent's PATH
 
 
 def run_external(
@@ -80,22 +81,16 @@ def run_external(
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
     relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-", dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
     checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
-    candidates = Candidates()
+    candidates = Candidates(checker, paths.checks, on_event)
     meter = Meter(prices, max_cost_usd=limits.max_cost_usd, deadline=start + limits.timeout_s)
     trajectory = Trajectory(paths.trajectory)
     run = AgentRun(name=agent.name, model=agent.model)
     outcome = Outcome()
-    checks_log: list[dict] = []
     ws: Workspace | None = None
     emission: Emission | None = None
 
     def grade(diff: str) -> Evaluation:
-        on_event("checks", {"full": True})
-        ev = checker.evaluate(diff, quick=False, reference=True)
-        candidates.add(diff, ev, True)
-        checks_log.append({"time": time.time(), "full": True, "evaluation": ev.model_dump(mode="json")})
-        write_json(paths.checks, checks_log)
-        return ev
+        return candidates.grade(diff, full=True)
 
     try:
         try:
@@ -103,11 +98,12 @@ def run_external(
             run.version = agent.version(binary)
             upstream = Upstream.of(agent.provider, base_url)
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
-            sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock")
+            sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
+                            checker.interpreter().bin_dir)
             with Relay(upstream, meter, sealed.socket, log=lambda r: trajectory.add("relay", **r)):
                 why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
             outcome.end(why)
-            emission = final_emission(ws, candidates, checker, outcome, on_event)
+            emission = final_emission(ws, candidates, outcome)
         except (AgentError, RelayError) as e:
             outcome.end(AgentFailed(agent.name, str(e)))
         except KeyboardInterrupt as e:
@@ -174,7 +170,7 @@ def _session(agent: ExternalAgent, binary: Path, session: Session, sealed: Seale
     agent.prepare(session)
     command = (bridge_command(sys.executable, sealed.socket) + shlex.join(agent.command(session, binary))
                + f" 2> {shlex.quote(str(stderr))}")
-    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)})
+    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)}, bin_dir=sealed.bin_dir)
     return run_command(command, sealed.ws.root, timeout_s=max(1.0, time_left_s), env=env,
                        max_output=MAX_AGENT_OUTPUT, writable=(session.home, session.out),
                        readable=(sealed.socket.parent, *agent.install_dirs(binary)), cancel=meter.stopped)

@@ -1,10 +1,10 @@
 """One run: a task, a model, one sample. Workspace -> loop -> final checks -> the outputs.
 
-The best passing candidate is what gets emitted, not merely the last state: a model that
-breaks a good change after checking it should not lose that change. model_patch.diff only
-ever holds a change that passed the checks and that the agent did not take back; a change
-that never passed goes to rejected.diff beside it, for reading. An interrupted run (SIGINT,
-SIGTERM) still writes its report and that best candidate, and grades nothing new.
+What the agent ended with is what gets emitted, if it passes its full evaluation: the patch, the
+agent's own account and the verdict tell one story. model_patch.diff only ever holds a change that
+passed the checks; one that did not goes to rejected.diff beside it, for reading. An interrupted
+run (SIGINT, SIGTERM) has no final change: it writes its report and the best candidate that
+passed so far, and grades nothing new.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.checks import Checker, Evaluation, summarize
-from agent.env.sandbox import isolation
+from agent.checks.patchinfo import changes_anything, diff_summary
+from agent.checks.render import verdict_line
+from agent.env.sandbox import base_env, isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
@@ -51,12 +53,24 @@ class RunPaths:
 
 @dataclass
 class Candidates:
-    """Every graded state of the workspace; picks the best one that passed."""
+    """Every graded state of the workspace, written to checks.json as each lands, and told to the
+    progress display (`checks` as a check starts, `checked` with its verdict as it ends)."""
 
+    checker: Checker
+    checks_file: Path
+    on_event: Callable[[str, dict], None] = lambda kind, data: None
     seen: list[tuple[str, Evaluation, bool]] = field(default_factory=list)  # (diff, evaluation, full?)
+    log: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, diff: str, ev: Evaluation, full: bool) -> None:
+    def grade(self, diff: str, *, full: bool, perf: bool = True) -> Evaluation:
+        self.on_event("checks", {"full": full, "n": len(self.seen) + 1, "diff": diff_summary(diff)})
+        ev = self.checker.evaluate(diff, quick=not full, perf=perf, reference=full)
         self.seen.append((diff, ev, full))
+        self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json")})
+        write_json(self.checks_file, self.log)
+        self.on_event("checked", {"full": full, "n": len(self.seen), "verdict": ev.verdict, "line": verdict_line(ev),
+                                  "duration_s": ev.duration_s})
+        return ev
 
     def best_passing(self) -> tuple[str, Evaluation, bool] | None:
         passing = [c for c in self.seen if c[1].verdict == "pass" and c[0].strip()]
@@ -113,8 +127,7 @@ def run_task(
     session_id = str(uuid.uuid4())
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
     checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
-    candidates = Candidates()
-    checks_log: list[dict[str, Any]] = []
+    candidates = Candidates(checker, paths.checks, on_event)
     start = time.monotonic()
     ws: Workspace | None = None
     tools: Toolbox | None = None
@@ -123,13 +136,7 @@ def run_task(
     unsealed: list[str] = []
 
     def grade(full: bool, perf: bool = True) -> Evaluation:
-        diff = ws.diff()
-        on_event("checks", {"full": full})
-        ev = checker.evaluate(diff, quick=not full, perf=perf, reference=full)
-        candidates.add(diff, ev, full)
-        checks_log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json")})
-        write_json(paths.checks, checks_log)
-        return ev
+        return candidates.grade(ws.diff(), full=full, perf=perf)
 
     def run_checks_tool(perf: bool) -> ToolResult:
         ev = grade(full=False, perf=perf)
@@ -140,19 +147,22 @@ def run_task(
             ev = grade(full=True)
         except Exception as e:  # noqa: BLE001 — reported to the model, never fatal
             return False, f"the checks could not run: {type(e).__name__}: {e}"
-        return ev.verdict == "pass", summarize(ev)
+        # submitting no change is an answer too ("nothing here is worth changing"), not a failed submission
+        return ev.verdict in ("pass", "no-change"), summarize(ev)
 
     try:
         try:
             unsealed = isolation_warnings()
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
-                            command_timeout_s=min(600.0, limits.timeout_s))
+                            command_timeout_s=min(600.0, limits.timeout_s),
+                            env=base_env(bin_dir=checker.interpreter().bin_dir))
             trajectory = Trajectory(paths.trajectory)
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)
             if outcome.interrupted is None:
-                emission = final_emission(ws, candidates, checker, outcome, on_event)
+                emission = final_emission(ws, candidates, outcome)
+                outcome.duration_s = time.monotonic() - start  # the final evaluation is part of the run
         except KeyboardInterrupt as e:  # before the loop, or during the final evaluation
             outcome.end(as_interrupted(e))
             outcome.duration_s = time.monotonic() - start
@@ -206,26 +216,25 @@ def salvage_emission(candidates: Candidates, signal_name: str) -> Emission:
     return Emission(diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}))
 
 
-def final_emission(ws: Workspace, candidates: Candidates, checker: Checker, outcome: Outcome,
-           on_event: Callable[[str, dict], None]) -> Emission:
-    """The best passing candidate with its full evaluation; nothing when the agent ended with no
-    change; when none passed (or the best failed its full evaluation), the change goes to rejected.diff."""
-    last = ws.diff()
-    if not last.strip():
-        tried = any(diff.strip() for diff, _, _ in candidates.seen)
+def final_emission(ws: Workspace, candidates: Candidates, outcome: Outcome) -> Emission:
+    """What the agent ended with, when it passes its full evaluation; nothing when it ended with no
+    change; otherwise the change goes to rejected.diff. An earlier candidate the agent moved away
+    from is never emitted in its place: the patch, the agent's account and the verdict tell one story."""
+    diff = ws.diff()
+    if not changes_anything(diff):
+        tried = any(changes_anything(d) for d, _, _ in candidates.seen)
         return Emission("", "", Evaluation(verdict="no-change", note="the agent took back every change it made"
                                            if tried else "the agent made no change"))
-    best = candidates.best_passing()
-    diff = best[0] if best else last
     ev = candidates.full_for(diff)
     if ev is None:
-        on_event("checks", {"full": True})
         try:
-            ev = checker.evaluate(diff, quick=False, reference=True)
+            ev = candidates.grade(diff, full=True)
         except Exception as e:  # noqa: BLE001 — the report says why; nothing unchecked is emitted
             outcome.warnings.append(f"final evaluation failed: {type(e).__name__}: {e}")
             ev = Evaluation(verdict="error", error=f"{type(e).__name__}: {e}")
     if ev.verdict == "pass":
-        return Emission(diff, "", ev.model_copy(update={"emitted": "best passing candidate"}))
-    why = "the best candidate failed its full evaluation" if best else "no candidate passed the checks"
+        return Emission(diff, "", ev.model_copy(update={"emitted": "the agent's final change"}))
+    passed_before = candidates.best_passing() is not None
+    why = "the agent's final change did not pass" + (" (an earlier state did; the agent moved on from it)"
+                                                     if passed_before else "")
     return Emission("", diff, ev.model_copy(update={"emitted": f"nothing: {why}; the change is in rejected.diff"}))

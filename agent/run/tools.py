@@ -104,6 +104,7 @@ class Toolbox:
     protected: list[str] = field(default_factory=list)
     run_checks: Callable[[bool], ToolResult] | None = None  # perf -> summary (+ the evaluation as data)
     command_timeout_s: float = 300
+    env: dict[str, str] | None = None  # the `run` tool's environment (the task's Python first on PATH)
     denials: list[dict[str, Any]] = field(default_factory=list)
     submitted: str | None = None
 
@@ -237,7 +238,7 @@ class Toolbox:
 
     def _run(self, command: str, timeout_s: int | None = None) -> str:
         timeout = min(float(timeout_s or self.command_timeout_s), self.command_timeout_s)
-        res = run_command(command, self.workspace.root, timeout_s=timeout, max_output=MAX_TOOL_OUTPUT)
+        res = run_command(command, self.workspace.root, timeout_s=timeout, env=self.env, max_output=MAX_TOOL_OUTPUT)
         status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         return f"[{status}, {res.duration_s:.1f}s]\n{res.output}"
 

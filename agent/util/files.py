@@ -14,12 +14,31 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (os.umask can only set it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # elsewhere: set and restore (a brief window other threads could see)
+    os.umask(old)
+    return old
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to a temporary name beside `path`, fsync, rename over `path`."""
+    """Write `text` to a temporary name beside `path`, fsync, rename over `path`.
+
+    The file gets the mode a plain open() would give it (0666 less the umask: 0644 usually), not
+    mkstemp's private 0600: results and patches are for reading by others.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -209,7 +209,7 @@ def test_one_batch_compares_our_loop_with_claude_code(tmp_path, fake_server, sec
     code = main(["batch", str(task.file), "--agent", "perfagent", "--model", "rules", "--agent", "claude-code",
                  "--model", MODEL, "--base-url", fake_server.url, "--workers", "2", "--run-id", "vs", "--out", str(out),
                  "--quiet"])
-    assert code == 0, capsys.readouterr().err
+    assert code == 0, capsys.readouterr().err + (out / "results" / "vs" / "summary.md").read_text()
     summary = json.loads((out / "results" / "vs" / "summary.json").read_text())
     by_model = {m["model"]: m for m in summary["models"]}
     assert set(by_model) == {"rules", f"claude-code:{MODEL}"}

@@ -160,7 +160,7 @@ def test_summarize_counts_rates_and_spend():
     assert row.opt is True and row.best_speedup == 2.0 and row.correct == 1
     assert next(t for t in s.tasks if t.task == "g").statuses == {"skipped": 1}
     again = BatchSummary.model_validate_json(s.to_json())
-    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/2"
+    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/3"
     assert "| m1 | 4 | 2 (50%)" in summary_markdown(s) and len(summary_tables(s)) == 3
 
 
@@ -345,7 +345,7 @@ def test_ray_missing_is_a_clean_error(project, monkeypatch, capsys):
 @pytest.mark.slow
 def test_local_batch_end_to_end(e2e, capsys):
     root, tasks, models, code = e2e
-    assert code == 0
+    assert code == 1  # the bad model's jobs end error_max_turns: failures, so the batch exits 1
     run_dir = root / "out/results/e2e"
     lines = ledger_lines(run_dir)
     assert len(lines) == 12 and len({line["key"] for line in lines}) == 12
@@ -359,6 +359,7 @@ def test_local_batch_end_to_end(e2e, capsys):
     assert (good["jobs"], good["correct"], good["skipped"], good["opt_solved"], good["opt_tasks"]) == (4, 4, 2, 1, 1)
     assert good["faster"] == 2 and 2.2 < good["geomean_speedup"] < 2.8  # t1 measured 2.5x; t2 has no perf
     assert (bad["jobs"], bad["correct"], bad["opt_solved"]) == (4, 0, 0)
+    assert bad["errored"] == 4 and good["errored"] == 0 and s["failed"] == 4
     assert s["jobs_per_minute"] > 0 and (run_dir / "summary.md").read_text().startswith("# batch e2e")
 
 
@@ -454,3 +455,120 @@ def test_ray_executor_matches_local(e2e):
     good = next(m for m in got.models if m.model == models["good"])
     assert good.geomean_speedup == pytest.approx(2.5, rel=0.1)
     assert len(list((root / "out/results/ray").rglob("report.json"))) == 2  # shipped back from the workers
+
+
+# -- failures are failures ------------------------------------------------------------------------------------------
+class ScriptedExecutor(StubExecutor):
+    """Finishes each job with a report written by the report writer (tests/helpers.write_job), then made to end
+    as `ends[task]` says: "error_max_turns" (its last passing patch still grades pass), "no-change" (the agent
+    submitted nothing: an empty patch), or "pass"."""
+
+    def __init__(self, out_dir: Path, run_id: str, ends: dict[str, str]):
+        super().__init__()
+        self.out_dir, self.run_id, self.ends = out_dir, run_id, ends
+
+    def run(self, jobs, on_start, on_finish):
+        from agent.batch.ledger import figures_from_report
+        from helpers import Job, write_job
+
+        for j in jobs:
+            on_start(j, None)
+            end = self.ends[j.task]
+            empty = end == "no-change"
+            job = Job(j.task, j.model, j.sample, speedup=None if empty else 1.6, verdict="no-change" if empty else "pass")
+            report = write_job(self.out_dir, self.run_id, job, key=j.key)
+            path = self.out_dir / "results" / self.run_id / j.key / "report.json"
+            patch = self.out_dir / "patches" / self.run_id / j.key / "model_patch.diff"
+            if end == "error_max_turns":
+                report = report.model_copy(update={"subtype": end, "is_error": True,
+                                                   "result": "stopped after 3 turns without a passing submit"})
+                report.write(path)
+            if end == "no-change":
+                patch.write_text("")
+            self.ran.append(j.key)
+            on_finish(j.record("done", report=path.relative_to(self.out_dir).as_posix(),
+                               patch=patch.relative_to(self.out_dir).as_posix(), wall_s=30.0,
+                               **figures_from_report(report)))
+
+
+def scripted_cli_batch(root: Path, tasks: Path, monkeypatch, run_id: str, ends: dict[str, str]) -> int:
+    import agent.batch.driver as driver
+
+    monkeypatch.setattr(driver, "make_executor",
+                        lambda cfg, launch: ScriptedExecutor(Path(launch.out_dir), launch.run_id, ends))
+    return main(["batch", str(tasks), "--models", "rules", "--run-id", run_id, "--out", str(root / "out"), "--quiet"])
+
+
+def test_an_errored_job_fails_the_batch_and_an_empty_one_is_no_change(project, monkeypatch, capsys):
+    """One job ends error_max_turns (its last passing patch grades pass), one submits nothing: the batch exits 1,
+    and neither is counted correct, in the printed tables, summary.md, summary.json and `review`."""
+    root, tasks, _ = project
+    monkeypatch.setenv("COLUMNS", "250")
+    code = scripted_cli_batch(root, tasks, monkeypatch, "mixed", {"t1": "error_max_turns", "t2": "no-change"})
+    printed = capsys.readouterr().out
+    assert code == 1
+    run_dir = root / "out/results/mixed"
+    s = json.loads((run_dir / "summary.json").read_text())
+    (m,) = s["models"]
+    assert (m["jobs"], m["correct"], m["faster"], m["errored"], m["no_change"], m["skipped"]) == (2, 0, 0, 1, 1, 1)
+    assert m["fraction_of_reference"] is None and m["opt_solved"] == 0 and s["failed"] == 1
+    md = (run_dir / "summary.md").read_text()
+    assert "| rules | 2 | 0 (0%) | 0 (0%) | 1 | 1 (1 error_max_turns) |" in md
+    assert "| t1 | rules | 1 | 1 error_max_turns | 0 | 0 |" in md and "| t2 | rules | 1 | 1 no change | 0 | 0 |" in md
+    assert "1 (1 error_max_turns)" in printed
+    assert main(["review", str(run_dir)]) == 0
+    review = capsys.readouterr().out
+    t1 = next(line for line in review.splitlines() if "t1/rules/s0" in line)
+    t2 = next(line for line in review.splitlines() if "t2/rules/s0" in line)
+    assert "error_max_turns" in t1 and "pass" not in t1 and "no change" in t2
+
+
+def test_a_clean_batch_exits_0(project, monkeypatch):
+    root, tasks, _ = project
+    assert scripted_cli_batch(root, tasks, monkeypatch, "clean", {"t1": "pass", "t2": "pass"}) == 0
+    s = json.loads((root / "out/results/clean/summary.json").read_text())
+    assert s["failed"] == 0 and s["models"][0]["correct"] == 2
+
+
+def test_wall_time_is_real_time_not_the_sum_of_jobs():
+    # two jobs of 60 s each, run side by side, ending 10 s apart: 70 s of wall time, 120 s of job time
+    recs = [rec("a", wall_s=60.0, finished_at=1000.0), rec("b", wall_s=60.0, finished_at=1010.0),
+            rec("c", status="skipped", verdict=None, wall_s=0.0, finished_at=5000.0)]
+    s = summarize(recs, run_id="r")
+    (m,) = s.models
+    assert s.wall_s == m.wall_s == pytest.approx(70.0) and s.job_s == m.job_s == pytest.approx(120.0)
+    md = summary_markdown(s)
+    assert "wall 70.0s from the first job's start" in md and "job time 2.0m" in md
+    assert "| 70.0s | 2.0m |" in md  # wall, then job time
+
+
+def test_of_ref_gain_only_from_significant_results():
+    recs = [rec("a", speedup=1.5, ref=2.0, has_ref=True, perf_verdict="faster", fraction_of_reference=0.5),
+            # correct but not significantly faster: the checker gave no fraction, and none is made up here
+            rec("b", speedup=1.02, ref=2.0, has_ref=True, perf_verdict="inconclusive", fraction_of_reference=None),
+            # a fraction on a job that is not significantly faster is not counted either
+            rec("c", speedup=1.04, ref=2.0, has_ref=True, perf_verdict="no significant change",
+                fraction_of_reference=0.04),
+            # an errored run's fraction does not count
+            rec("d", speedup=1.9, ref=2.0, has_ref=True, perf_verdict="faster", fraction_of_reference=0.9,
+                subtype="error_max_turns")]
+    (m,) = summarize(recs, run_id="r").models
+    assert m.fraction_of_reference == pytest.approx(0.5) and m.fraction_jobs == 1
+    assert m.correct == 3 and m.faster == 1 and m.errored == 1 and m.opt_solved == 0
+
+
+def test_the_live_line_never_ticks_an_errored_job():
+    """A job that hit max turns shows its subtype and a cross as it lands, even when its patch graded pass."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent.batch.progress import BatchProgress
+
+    out = StringIO()
+    progress = BatchProgress(Console(file=out, width=200), total=2, workers=1, earlier=[], quiet=True)
+    hit = JobRecord(key="t/rules/s0", task="t", model="rules", sample=0, status="done", subtype="error_max_turns",
+                    verdict="pass")
+    ok = hit.model_copy(update={"key": "t/rules/s1", "subtype": "success"})
+    assert "✗" in progress._line(hit) and "error_max_turns" in progress._line(hit) and "✓" not in progress._line(hit)
+    assert "✓" in progress._line(ok) and "pass" in progress._line(ok)

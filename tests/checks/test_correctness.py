@@ -12,7 +12,7 @@ import pytest
 
 from agent.checks import ALWAYS_PROTECTED, Checker, evaluation_table, summarize
 from agent.checks.correctness import check_env, failing_tests, install_hook
-from agent.checks.coverage import classify
+from agent.checks.coverage import Recorded, classify
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.task import load_task
 from agent.env.workspace import PatchError
@@ -149,7 +149,7 @@ def test_coverage_folds_multiline_statements_and_skips_non_code(tmp_path):
                                    "    return x\n\n\ndef g():\n    return 1\n")
     (tmp_path / "notes.txt").write_text("x\n")
     changed = [FileLines("m.py", [3, 5, 6, 7, 8, 12]), FileLines("notes.txt", [1])]
-    res = classify(tmp_path, changed, {str((tmp_path / "m.py").resolve()): {1, 4, 8}})
+    res = classify(tmp_path, changed, Recorded(lines={str((tmp_path / "m.py").resolve()): {1, 4, 8}}))
     assert res.changed == ["m.py:5", "m.py:8", "m.py:12"]
     assert res.covered == ["m.py:5", "m.py:8"] and res.uncovered == ["m.py:12"]
     assert res.unmeasured_files == ["notes.txt"]
@@ -159,6 +159,15 @@ def test_failing_test_ids_from_pytest_output():
     out = ("F.E\nFAILED tests/test_a.py::test_x - assert 1 == 2\nERROR tests/test_b.py::test_y[cpu-1] - Runtime\n"
            "tests/test_c.py::test_z FAILED\nFAILED tests/test_a.py::test_x - again\n2 failed\n")
     assert failing_tests(out) == ["tests/test_a.py::test_x", "tests/test_b.py::test_y[cpu-1]", "tests/test_c.py::test_z"]
+
+
+def test_failing_modes_from_any_test_runner():
+    """A script that prints pytest-style lines, and unittest, are named too; prose is not."""
+    script = ("decode ok\nFAILED draft_topk2[bs3] - cu_seqlens_k[0] = 9223372036854775807, expected 0\n"
+              "FAILED encoder_decoder\nERROR: something went wrong\nFAILED to import x: reason\n1 failed, 5 passed\n")
+    assert failing_tests(script) == ["draft_topk2[bs3]", "encoder_decoder"]
+    unit = "FAIL: test_replay (tests.test_graph.GraphTest)\nERROR: test_fill (tests.test_graph.GraphTest)\n"
+    assert failing_tests(unit) == ["test_replay (tests.test_graph.GraphTest)", "test_fill (tests.test_graph.GraphTest)"]
 
 
 def test_poison_hook_fills_uninitialised_memory_and_chains_an_existing_sitecustomize(tmp_path):

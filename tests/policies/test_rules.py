@@ -90,9 +90,9 @@ command = "python -m pytest -q -p no:cacheprovider tests"
 command = "python bench.py"
 metric = "init_ms"
 min_effect = 0.2
-max_speedup = 1000  # skipping a memset of unused pages is legitimately far beyond 10x here
+max_speedup = 1000000  # skipping a memset of unused pages is legitimately 1000x and more here
 [budget]
-max_turns = 40
+max_turns = 3  # a chat model's budget: the scripted policy's search is not cut by it
 '''
 
 

@@ -188,3 +188,16 @@ def test_an_agent_that_takes_back_its_passing_change_emits_nothing(tmp_path):
     assert result.paths.patch.read_text() == "" and not result.paths.rejected.exists()
     ev = result.report.evaluation
     assert ev is not None and ev.verdict == "no-change" and ev.note == "the agent took back every change it made"
+
+
+@pytest.mark.slow
+def test_an_earlier_passing_state_is_not_emitted_in_place_of_the_final_one(tmp_path):
+    """The agent's final change is what is graded and emitted: a state it moved on from is not."""
+    result = run_scripted(tmp_path, [edit(SAFE)], [("run_checks", {"perf": False})], [edit(UNSAFE)])
+    checks = json.loads(result.paths.checks.read_text())
+    assert checks[0]["evaluation"]["verdict"] == "pass" and checks[-1]["evaluation"]["verdict"] == "fail"
+    assert result.paths.patch.read_text() == ""
+    assert "+    buf = torch.empty(N)" in result.paths.rejected.read_text()
+    ev = result.report.evaluation
+    assert ev.verdict == "fail" and "an earlier state did" in ev.emitted
+    assert result.report.duration_ms >= 1000 * sum(c["evaluation"]["duration_s"] or 0 for c in checks) * 0.99

@@ -1,0 +1,114 @@
+"""Changed-line coverage recorded by our hook in the target's own interpreter, with no package there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.checks import Checker
+from agent.task import load_task
+from tests.helpers import make_repo
+
+# A pure-Python target: its "test" is a script, run by whatever `python` the task names.
+FILES = {
+    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef unused(a):\n    return -a\n",
+    "tests/check.py": (
+        "import sys\nsys.path.insert(0, '.')\nfrom calc import add\n"
+        "assert add(2, 3) == 5\nprint('1 passed')\n"),
+    "tests/check.sh": "#!/bin/sh\ntest 1 -eq 1\n",
+}
+BOTH_CHANGED = """--- a/calc.py
++++ b/calc.py
+@@ -1,6 +1,6 @@
+ def add(a, b):
+-    return a + b
++    return b + a
+ 
+ 
+ def unused(a):
+-    return -a
++    return 0 - a
+"""
+
+
+def interpreters() -> list[str]:
+    """CPython 3.9+ interpreters on this machine besides ours (pyenv's too), one per version."""
+    found = {}
+    roots = [Path.home() / ".pyenv" / "versions"]
+    candidates = [shutil.which(f"python3.{m}") for m in range(9, 15)]
+    candidates += [str(p) for r in roots if r.is_dir() for p in sorted(r.glob("3.*/bin/python3"))]
+    for c in filter(None, candidates):
+        try:
+            v = subprocess.run([c, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                               text=True, timeout=20).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if len(v) == 2 and (int(v[0]), int(v[1])) >= (3, 9):
+            found.setdefault(tuple(map(int, v)), c)
+    return [found[k] for k in sorted(found)]
+
+
+def write_task(tmp_path: Path, python: str, command: str = "python tests/check.py") -> Path:
+    make_repo(tmp_path / "repo", FILES)
+    task = tmp_path / "task.toml"
+    task.write_text(f'id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    f'[setup]\npython = "{python}"\n[correctness]\ncommand = "{command}"\npoison = false\n')
+    return task
+
+
+@pytest.mark.parametrize("python", interpreters() or [sys.executable])
+def test_lines_recorded_without_coverage_in_the_target(tmp_path: Path, python: str) -> None:
+    """The changed line a test runs is covered, the one it never runs is "not executed" (unverified),
+    in every interpreter: sys.monitoring on 3.12+, a tracer before that, and no coverage package."""
+    probe = subprocess.run([python, "-c", "import coverage"], capture_output=True)
+    ours = Path(python).resolve() == Path(sys.executable).resolve()
+    assert probe.returncode != 0 or ours, "the target has no coverage package"
+    task = load_task(write_task(tmp_path, python))
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(BOTH_CHANGED, perf=False)
+        env = checker.environment()
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    assert ev.coverage.measured
+    assert ev.coverage.covered == ["calc.py:2"] and ev.coverage.uncovered == ["calc.py:6"]
+    assert ev.verdict == "unverified" and "calc.py:6" in ev.reasons[0]
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True).stdout.strip()
+    assert env.python == version, "the task's interpreter ran the checks"
+
+
+def test_not_measured_is_not_not_executed(tmp_path: Path) -> None:
+    """A test command that starts no Python records nothing: the verdict says "not measured" and
+    why, and no line is called unexecuted."""
+    task = load_task(write_task(tmp_path, sys.executable, command="sh tests/check.sh"))
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(BOTH_CHANGED, perf=False)
+    assert ev.correctness.plain.passed
+    assert not ev.coverage.measured and ev.coverage.uncovered == [] and ev.coverage.covered == []
+    assert ev.coverage.changed == ["calc.py:2", "calc.py:6"]
+    assert ev.verdict == "unverified"
+    assert ev.reasons == [f"changed-line coverage not measured: {ev.coverage.note.split(': ', 1)[1]}"]
+    assert "no Python process" in ev.reasons[0] and "no test executed" not in ev.reasons[0]
+
+
+def test_a_changed_file_run_before_recording_could_start_is_not_measured(tmp_path: Path) -> None:
+    """Before 3.12 the tracer starts as the first changed module is imported; a changed file loaded
+    by path, around the import system, is "not measured" with the reason, never "not executed"."""
+    files = {**FILES, "tests/check.py": (
+        "import importlib.machinery\nm = importlib.machinery.SourceFileLoader('calc', 'calc.py').load_module()\n"
+        "assert m.add(2, 3) == 5\n")}
+    make_repo(tmp_path / "repo", files)
+    task = tmp_path / "task.toml"
+    task.write_text('id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    '[correctness]\ncommand = "python tests/check.py"\npoison = false\n')
+    with Checker(load_task(task), tmp_path / "work") as checker:
+        ev = checker.evaluate(BOTH_CHANGED, perf=False)
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    if sys.version_info >= (3, 12):
+        assert ev.coverage.measured  # sys.monitoring sees every code object, however it was loaded
+    else:
+        assert not ev.coverage.measured and ev.coverage.uncovered == []
+        assert "calc.py ran outside the import system" in ev.reasons[0]

@@ -1,0 +1,105 @@
+"""A task's own Python: a named interpreter, or a venv built once from `[setup] venv` and reused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.checks import Checker
+from agent.env.interpreter import READY, InterpreterError, prepare
+from agent.task import TaskError, load_task
+from tests.helpers import make_repo
+
+# The venv's commands put a module into it that only the venv has; the test and the bench import it.
+MARK = "python -c \"import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'only_in_venv.py').write_text('WHO = 7')\""
+FILES = {
+    "lib.py": "def value():\n    return 1\n",
+    "tests/check.py": "import only_in_venv, sys\nassert only_in_venv.WHO == 7\nprint(sys.prefix)\n",
+    "bench/run.py": ("import json, only_in_venv\nprint(json.dumps({'metric': 'ms', 'value': 1.0 + only_in_venv.WHO}))\n"),
+}
+PATCH = "--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,2 @@\n def value():\n-    return 1\n+    return 2\n"
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PERFAGENT_CACHE_DIR", str(cache))
+    return cache
+
+
+def write_task(tmp_path: Path, setup: str) -> Path:
+    if not (tmp_path / "repo").exists():
+        make_repo(tmp_path / "repo", FILES)
+    task = tmp_path / "task.toml"
+    task.write_text('id = "venv"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**", "bench/**"]\n'
+                    f'[setup]\n{setup}\n[correctness]\ncommand = "python tests/check.py"\npoison = false\n'
+                    '[perf]\ncommand = "python bench/run.py"\nmetric = "ms"\n')
+    return task
+
+
+def test_venv_is_built_once_and_used_by_tests_and_bench(tmp_path: Path, own_cache: Path) -> None:
+    task = load_task(write_task(tmp_path, f"venv = [{json.dumps(MARK)}]"))
+    said: list[str] = []
+    with Checker(task, tmp_path / "work", log=said.append) as checker:
+        ev = checker.evaluate(PATCH, quick=True)
+        venv = checker.interpreter().venv
+    assert venv is not None and venv.parent == own_cache / "venvs" and (venv / READY).is_file()
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    assert str(venv) in ev.correctness.plain.output_tail, "the test ran with the venv's python"
+    assert ev.perf.baseline_median == 8.0, "the bench ran with the venv's python"
+    assert any("building the task's venv" in m for m in said)
+
+    said.clear()
+    again = prepare(task, log=said.append)
+    assert again.venv == venv and not said, "the second run reuses the venv without a word"
+
+    changed = load_task(write_task(tmp_path, f"venv = [{json.dumps(MARK + ' # v2')}]"))
+    assert prepare(changed).venv != venv, "another command is another venv"
+
+
+def test_a_failing_venv_command_is_one_line_and_leaves_nothing(tmp_path: Path, own_cache: Path) -> None:
+    task = load_task(write_task(tmp_path, 'venv = ["echo fetching; echo no such package >&2; exit 3"]'))
+    with pytest.raises(InterpreterError) as e:
+        prepare(task)
+    msg = str(e.value)
+    assert "\n" not in msg and "exit 3" in msg and "no such package" in msg
+    assert not any(p.is_dir() for p in (own_cache / "venvs").iterdir()), "no half-built venv stays"
+
+    (tmp_path / "p.diff").write_text(PATCH)
+    res = subprocess.run([sys.executable, "-m", "agent", "check", str(task.file), "--patch", "p.diff"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0 and "Traceback" not in res.stderr + res.stdout
+    assert "exit 3" in res.stdout + res.stderr
+
+
+def test_a_named_interpreter_is_what_python_means(tmp_path: Path) -> None:
+    """`python = ...` without a venv: the task's commands get that interpreter as `python`."""
+    make_repo(tmp_path / "repo", {**FILES, "tests/check.py": "import sys\nprint('PREFIX', sys.base_prefix)\n"})
+    base = subprocess.run([sys.executable, "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
+                          text=True).stdout.strip()
+    python = Path(base) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    task = load_task(write_task(tmp_path, f'python = "{python}"'))
+    interp = prepare(task)
+    assert interp.bin_dir is not None and Path(interp.python).resolve() == python.resolve()
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(PATCH, perf=False)
+    assert f"PREFIX {base}" in ev.correctness.plain.output_tail
+
+
+@pytest.mark.parametrize("setup, problem", [
+    ('python = "no-such-python-9"', "interpreter not found: no-such-python-9"),
+    ('python = "/bin/sh"', "does not run as a Python interpreter"),
+])
+def test_a_bad_interpreter_is_named(tmp_path: Path, setup: str, problem: str) -> None:
+    task = load_task(write_task(tmp_path, setup))
+    with pytest.raises(InterpreterError, match=problem):
+        prepare(task)
+
+
+def test_setup_needs_something(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="setup.*at least one of python, venv, command"):
+        load_task(write_task(tmp_path, "timeout_s = 5"))

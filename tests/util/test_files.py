@@ -1,0 +1,39 @@
+"""Outputs are written whole (atomic_write) and readable by others: the mode open() would give, not 0600."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from agent.run.result import new_report
+from agent.util.files import atomic_write, write_json
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_writes_get_normal_modes(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "a" / "summary.md", "x\n")
+        write_json(tmp_path / "summary.json", {"a": 1})
+        new_report().write(tmp_path / "report.json")
+    finally:
+        os.umask(old)
+    for name in ("a/summary.md", "summary.json", "report.json"):
+        assert _mode(tmp_path / name) == 0o644, name
+    assert not [p for p in tmp_path.rglob(".*.tmp")]  # no temporary file left behind
+
+
+def test_atomic_write_respects_the_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        atomic_write(tmp_path / "private.txt", "x\n")
+        os.umask(0o002)
+        atomic_write(tmp_path / "group.txt", "x\n")
+        atomic_write(tmp_path / "private.txt", "y\n")  # rewritten under the new umask
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "group.txt") == 0o664
+    assert _mode(tmp_path / "private.txt") == 0o664 and (tmp_path / "private.txt").read_text() == "y\n"
