@@ -25,7 +25,8 @@ from typing import Iterator, Sequence
 
 from rich.console import Console
 
-from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
+from agent.batch.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor,
+                                   clear_job, job_paths)
 from agent.batch.ledger import JobRecord, Ledger
 from agent.batch.plan import PLAN, Plan, PlannedJob
 from agent.batch.progress import BatchProgress
@@ -189,7 +190,8 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
         planned = {j.key for j in jobs}
         earlier = [r for k, r in latest.items() if k in planned and k not in rerun]
         start = time.monotonic()
-        progress = BatchProgress(console, total=len(jobs), workers=cfg.workers, quiet=cfg.quiet, earlier=earlier)
+        progress = BatchProgress(console, total=len(jobs), workers=cfg.workers, quiet=cfg.quiet, earlier=earlier,
+                                 log_of=lambda key: job_paths(cfg.out_dir, cfg.run_id, key)[0] / "batch.log")
 
         def finished(rec: JobRecord) -> None:
             ledger.append(rec)

@@ -16,7 +16,7 @@ from agent.run.entry import RunRequest, guarded, run_request
 
 def run_json(request: str) -> int:
     """The job's exit code, as `perfagent run` would give it: report and errors go where a run puts them."""
-    return guarded(lambda: run_request(RunRequest.model_validate_json(request), Console(), display="quiet"))
+    return guarded(lambda: run_request(RunRequest.model_validate_json(request), Console(), display="log"))
 
 
 def main(argv: list[str]) -> int:

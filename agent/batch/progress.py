@@ -3,11 +3,16 @@ and one line per finished job above it."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from pathlib import Path
+from typing import Callable
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
 from agent.batch.ledger import JobRecord
@@ -34,17 +39,19 @@ def _hms(s: float | None) -> str:
 class BatchProgress:
     """Callbacks for the executor (`started`, `finished`); a context manager around the run."""
 
-    def __init__(self, console: Console, *, total: int, workers: int, earlier: list[JobRecord], quiet: bool = False):
+    def __init__(self, console: Console, *, total: int, workers: int, earlier: list[JobRecord], quiet: bool = False,
+                 log_of: Callable[[str], Path] | None = None):
         self.console, self.workers, self.quiet = console, workers, quiet
         self.counts: Counter[str] = Counter(r.status for r in earlier)
         self.cost = sum(r.cost_usd or 0.0 for r in earlier)
-        self.running: set[str] = set()
+        self.running: dict[str, float] = {}  # job key -> when it started
+        self.log_of = log_of  # a job's batch.log, whose last line is its current step
         self.walls: list[float] = []
         self.total = total
         self.bar = Progress(TextColumn("[bold]batch[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             console=console, transient=False)
         self.task_id = self.bar.add_task("jobs", total=total, completed=len(earlier))
-        self._live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+        self._live = Live(self, console=console, refresh_per_second=2, transient=False)
 
     def __enter__(self) -> "BatchProgress":
         if not self.quiet:
@@ -53,15 +60,15 @@ class BatchProgress:
 
     def __exit__(self, *exc) -> None:
         if not self.quiet:
-            self._live.update(self._render())
+            self._live.refresh()
             self._live.__exit__(*exc)
 
     def started(self, job: JobSpec, device: str | None) -> None:
-        self.running.add(job.key)
+        self.running[job.key] = time.monotonic()
         self._refresh()
 
     def finished(self, rec: JobRecord) -> None:
-        self.running.discard(rec.key)
+        self.running.pop(rec.key, None)
         self.counts[rec.status] += 1
         self.cost += rec.cost_usd or 0.0
         if rec.status != "skipped":
@@ -73,7 +80,7 @@ class BatchProgress:
 
     def _refresh(self) -> None:
         if not self.quiet:
-            self._live.update(self._render())
+            self._live.refresh()
 
     def _line(self, r: JobRecord) -> str:
         what = r.reason if r.status != "done" else " ".join(
@@ -81,6 +88,23 @@ class BatchProgress:
         cost = "" if r.cost_usd is None else f" ${r.cost_usd:.4f}"
         mark = MARK["failed"] if is_failure(r) else MARK[r.status]  # an error subtype is never a tick
         return f"{mark} {r.key}  {what}{cost}  [dim]{r.wall_s:.1f}s[/]"
+
+    def __rich__(self) -> Group:
+        """Redrawn twice a second: elapsed times and each job's latest step move between events."""
+        return self._render()
+
+    def jobs_table(self) -> Table:
+        """One row per running job: task, model, sample, elapsed, and the last line of its log."""
+        table = Table(box=None, show_header=True, header_style="dim", pad_edge=False)
+        for col in ("task", "model", "sample", "elapsed", "step"):
+            table.add_column(col, no_wrap=col != "step", overflow="ellipsis")
+        now = time.monotonic()
+        for key, since in sorted(self.running.items()):
+            task, _, rest = key.partition("/")
+            model, _, sample = rest.rpartition("/")
+            step = _last_line(self.log_of(key)) if self.log_of else ""
+            table.add_row(task, model, sample, _hms(now - since), escape(step))
+        return table
 
     def _render(self) -> Group:
         done = sum(self.counts.values())
@@ -90,4 +114,17 @@ class BatchProgress:
         status = Text.from_markup(
             f"done [green]{c['done']}[/] · running [cyan]{len(self.running)}[/] · failed [red]{c['failed']}[/] · "
             f"skipped [yellow]{c['skipped']}[/] · ETA {_hms(eta)} · spent ${self.cost:.4f}")
-        return Group(self.bar, status)
+        return Group(self.bar, status, self.jobs_table()) if self.running else Group(self.bar, status)
+
+
+def _last_line(path: Path, tail: int = 4096) -> str:
+    """The last non-blank line of a growing log, reading only its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - tail))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "starting"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "starting"

@@ -35,7 +35,7 @@ EXIT_BAD_INPUT = 2
 # Providers whose models are real, untrusted agents, and the external agents: they run only in a
 # complete sandbox (an external agent's only network is the relay, which needs it too).
 API_PROVIDERS = ("anthropic", "openai", *EXTERNAL_AGENTS)
-Display = Literal["summary", "json", "quiet"]
+Display = Literal["summary", "json", "quiet", "log"]  # log: a line per step on stdout (a batch job's log)
 
 
 class UserError(Exception):
@@ -81,7 +81,7 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     from agent.run.external import run_external
     from agent.run.model_spec import make_model
     from agent.run.names import new_run_id
-    from agent.run.progress import RunProgress
+    from agent.run.progress import EventLog, RunProgress
     from agent.run.runner import run_task
     from agent.task import load_task
 
@@ -111,7 +111,9 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
     err = Console(stderr=True)
     with _signals_interrupt():
-        if display != "summary":
+        if display == "log":
+            result = run(on_event=EventLog(lambda line: print(line, flush=True)))
+        elif display != "summary":
             result = run()
         else:
             with RunProgress(err, f"{task.id} · {label}") as progress:

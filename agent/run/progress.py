@@ -5,6 +5,7 @@ its verdict lands."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from rich.console import Console
 from rich.live import Live
@@ -76,6 +77,37 @@ class RunProgress:
         return Text.from_markup(
             f"[bold]{escape(self.label)}[/]  turn {self.turn}  [cyan]{escape(self.activity)}[/]  {spend}  "
             f"{_clock(now - self.start)}{step}")
+
+
+class EventLog:
+    """An `on_event` callback for a run nobody watches live (a batch job): one timestamped line per
+    step to `write`, flushed at once, so the job's batch.log fills as it runs and the batch's table
+    can show each job's latest step."""
+
+    def __init__(self, write: Callable[[str], None]):
+        self.write = write
+        self.start = time.monotonic()
+
+    def __call__(self, kind: str, data: dict) -> None:
+        if kind == "turn":
+            line = f"turn {data['turn']}"
+        elif kind == "tool":
+            line = f"tool {data['name']}"
+        elif kind == "checks":
+            what = "final evaluation" if data.get("full") else "quick check"
+            line = f"{what} #{data.get('n', '?')} of the change ({data.get('diff', '')})"
+        elif kind == "checked":
+            what = "final evaluation" if data.get("full") else "quick check"
+            line = f"{what} #{data.get('n', '?')}: {data.get('line', '')}"
+        elif kind == "usage":
+            u, cost = data["usage"], data["cost_usd"]
+            line = f"usage {u.input_tokens + u.output_tokens} tokens, " + ("cost unknown" if cost is None
+                                                                            else f"${cost:.4f}")
+        elif kind == "log":
+            line = data["message"]
+        else:
+            return
+        self.write(f"{_clock(time.monotonic() - self.start):>6} {line}")
 
 
 def _clock(seconds: float) -> str:

@@ -354,6 +354,8 @@ def test_local_batch_end_to_end(e2e, capsys):
     for line in lines:
         if line["status"] == "done":
             assert (root / "out" / line["report"]).is_file() and (root / "out" / line["patch"]).is_file()
+            log = (run_dir / line["key"] / "batch.log").read_text()
+            assert "turn 1" in log and "tool " in log, "each job's log fills as it runs"
     s = json.loads((run_dir / "summary.json").read_text())
     good, bad = sorted(s["models"], key=lambda m: m["model"].endswith("bad.jsonl"))
     assert (good["jobs"], good["correct"], good["skipped"], good["opt_solved"], good["opt_tasks"]) == (4, 4, 2, 1, 1)
@@ -572,3 +574,35 @@ def test_the_live_line_never_ticks_an_errored_job():
     ok = hit.model_copy(update={"key": "t/rules/s1", "subtype": "success"})
     assert "✗" in progress._line(hit) and "error_max_turns" in progress._line(hit) and "✓" not in progress._line(hit)
     assert "✓" in progress._line(ok) and "pass" in progress._line(ok)
+
+
+def test_the_live_table_shows_each_running_job_and_its_latest_step(tmp_path):
+    """Each running job is a row (task, model, sample, elapsed, step), the step read from the job's
+    batch.log as the job writes it, and the elapsed time moves between events."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent.batch.executors import JobSpec
+    from agent.batch.progress import BatchProgress
+    from agent.run.progress import EventLog
+
+    logs = {"t/rules/s0": tmp_path / "a.log", "u/anthropic-x/s1": tmp_path / "b.log"}
+    progress = BatchProgress(Console(file=StringIO(), width=200), total=2, workers=2, earlier=[], quiet=True,
+                             log_of=logs.__getitem__)
+    for key in logs:
+        task, model, sample = key.split("/")
+        progress.started(JobSpec(key=key, task=task, task_file="x.toml", model=model, model_arg=model,
+                                 sample=int(sample[1:])), None)
+    with open(logs["t/rules/s0"], "w") as f:
+        log = EventLog(lambda line: print(line, file=f, flush=True))
+        log("turn", {"turn": 4})
+        log("checked", {"full": False, "n": 2, "line": "fail · tests fail: draft_topk2[ps1]"})
+    console = Console(file=StringIO(), width=200, record=True)
+    progress.running["t/rules/s0"] -= 125
+    console.print(progress.jobs_table())
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if line.startswith("t "))
+    assert "rules" in row and "s0" in row and "2m05s" in row
+    assert "quick check #2: fail · tests fail: draft_topk2[ps1]" in row
+    assert "starting" in next(line for line in text.splitlines() if line.startswith("u "))
