@@ -103,3 +103,22 @@ def test_a_bad_interpreter_is_named(tmp_path: Path, setup: str, problem: str) ->
 def test_setup_needs_something(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="setup.*at least one of python, venv, command"):
         load_task(write_task(tmp_path, "timeout_s = 5"))
+
+
+def test_a_candidate_cannot_plant_code_in_the_shared_venv(tmp_path: Path) -> None:
+    """Red team: the venv is cached and shared by every later run, so a hostile candidate's code tries
+    to drop a .pth file (run at every interpreter start) into it while the tests run. The sandbox
+    mounts the venv read-only: the write fails, and nothing lands there."""
+    task = load_task(write_task(tmp_path, f"venv = [{json.dumps(MARK)}]"))
+    venv = prepare(task).venv
+    site = next(venv.glob("lib/python3*/site-packages"))
+    planted = site / "zz_planted.pth"
+    attack = (f"--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,6 @@\n+try:\n"
+              f"+    open({str(planted)!r}, 'w').write('import os')\n+except OSError as e:\n+    print('BLOCKED', e)\n"
+              " def value():\n     return 1\n")
+    make_repo(tmp_path / "repo2", {**FILES, "tests/check.py": "import lib, only_in_venv\n"})
+    (tmp_path / "task.toml").write_text((tmp_path / "task.toml").read_text().replace('repo = "repo"', 'repo = "repo2"'))
+    with Checker(load_task(tmp_path / "task.toml"), tmp_path / "work") as checker:
+        ev = checker.evaluate(attack, perf=False)
+    assert "BLOCKED" in ev.correctness.plain.output_tail, ev.correctness.plain.output_tail
+    assert not planted.exists()
