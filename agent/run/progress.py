@@ -37,6 +37,8 @@ class RunProgress:
     def __exit__(self, *exc) -> None:
         self._live.refresh()
         self._live.__exit__(*exc)
+        if not self._live.console.is_terminal:  # a log file: the last frame has no line end of its own
+            self._live.console.line()
 
     def __call__(self, kind: str, data: dict) -> None:
         if kind == "turn":

@@ -34,3 +34,4 @@ def test_the_clock_moves_without_events_and_checks_are_named():
     printed = out.getvalue()
     assert "quick check #3: fail · tests fail with uninitialised memory poisoned: draft_topk2[bs3]" in printed
     assert "4.2s" in printed
+    assert printed.endswith("\n"), "whatever is printed next starts on a line of its own"
