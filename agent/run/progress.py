@@ -55,7 +55,7 @@ class RunProgress:
             self._live.console.print(
                 f"  {what} #{data.get('n', '?')}: [{style}]{escape(data.get('line', ''))}[/]"
                 f"  [dim]{data.get('duration_s') or 0:.1f}s[/]", highlight=False)
-            self.step = ""
+            self.activity, self.step = f"{what} #{data.get('n', '?')}: {data.get('verdict', '')}", ""
         elif kind == "usage":
             self.usage, self.cost = data["usage"], data["cost_usd"]
         elif kind == "log":
