@@ -55,9 +55,10 @@ def cmd_run(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_lint(args: argparse.Namespace, out: Console) -> int:
+    """Findings; with --fix, the zero-init rewrites the task's checks pass (--task), never protected paths."""
     import json
 
-    from agent.analyzers import RULES, analyze_paths, findings_json, findings_table, fix_paths
+    from agent.analyzers import RULES, analyze_paths, findings_json, findings_table
 
     paths = [Path(p) for p in args.paths]
     missing = [str(p) for p in paths if not p.exists()]
@@ -66,16 +67,76 @@ def cmd_lint(args: argparse.Namespace, out: Console) -> int:
     unknown = sorted(set(args.rule or []) - set(RULES))
     if unknown:
         raise UserError(f"unknown rule {', '.join(unknown)}; rules: {', '.join(sorted(RULES))}")
-    root = paths[0] if len(paths) == 1 and paths[0].is_dir() else Path.cwd()
+    if args.task and not args.fix:
+        raise UserError("--task verifies --fix's rewrites; give --fix too")
+    task = _lint_task(args.task, paths) if args.task else None
+    if task is not None:
+        root = Path(task.repo)
+    else:
+        root = paths[0] if len(paths) == 1 and paths[0].is_dir() else Path.cwd()
     findings = analyze_paths(paths, root=root, rules=set(args.rule) if args.rule else None)
     if args.fix:
-        fixed = fix_paths(findings, root)
-        for path, n in sorted(fixed.items()):
-            print(f"fixed {n} in {path}", file=sys.stderr)
+        code = _lint_fix(task, findings, root, args.lock_dir)
+        if code:
+            return code
     if args.json:
         print(json.dumps(findings_json(findings), indent=2))
     else:
         out.print(findings_table(findings, title=f"{len(findings)} finding(s) in {', '.join(args.paths)}"))
+    return 0
+
+
+def _lint_task(task_file: str, paths: list[Path]) -> Task:
+    """The task whose checks verify the rewrites; every PATH must be inside its (local) repo."""
+    task = load_task(task_file)
+    if task.repo_is_url:
+        raise UserError(f"{task_file}: lint --fix --task needs a task whose repo is a local folder, not {task.repo}")
+    repo = Path(task.repo).resolve()
+    outside = [str(p) for p in paths if not p.resolve().is_relative_to(repo)]
+    if outside:
+        raise UserError(f"not inside the task's repo {repo}: {', '.join(outside)}")
+    return task
+
+
+def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | None) -> int:
+    """Without a task nothing verifies a zeros -> empty rewrite, so none is written; with one, each is
+    graded by the task's checks and only those that pass are written. Returns 1 if the task cannot be checked."""
+    import shutil
+    import tempfile
+
+    from agent.analyzers.findings import ZERO_INIT
+    from agent.checks import CheckError
+    from agent.checks.fixes import DEFAULT_PROTECTED, verify_rewrites
+    from agent.util.globs import matches_any
+
+    err = Console(stderr=True)
+    candidates = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
+    if task is None:
+        protected = sum(matches_any(f.path, DEFAULT_PROTECTED) for f in candidates)
+        if candidates:
+            note = f" ({protected} of them in protected paths, never rewritten)" if protected else ""
+            print(f"skipped {len(candidates)} zero-init rewrite(s){note}: nothing verifies them; "
+                  "--fix --task TASK.toml keeps those the task's checks pass", file=sys.stderr)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix=f"perfagent-lint-{task.id}-"))
+    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)  # noqa: E731
+    try:
+        plan = verify_rewrites(task, candidates, work, lock_dir=Path(lock_dir) if lock_dir else None, log=log)
+    except CheckError as e:
+        err.print(f"[red]error:[/] {e}", highlight=False)
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for d in plan.decisions:
+        print(f"{'kept' if d.kept else 'rejected'} {d.finding.path}:{d.finding.line}: {d.reason}", file=sys.stderr)
+    for rel, text in sorted(plan.files.items()):
+        n = sum(d.kept and d.finding.path == rel for d in plan.decisions)
+        if n:
+            with open(root / rel, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            print(f"fixed {n} in {rel}", file=sys.stderr)
+    kept = sum(d.kept for d in plan.decisions)
+    print(f"{kept} of {len(plan.decisions)} zero-init rewrite(s) kept after {plan.evaluations} check(s)", file=sys.stderr)
     return 0
 
 
@@ -233,7 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
     lint = sub.add_parser("lint", help="static performance findings on Python/PyTorch code")
     lint.add_argument("paths", nargs="+", metavar="PATH", help="Python files or folders to analyse")
     lint.add_argument("--rule", action="append", help="only this rule id (repeatable)")
-    lint.add_argument("--fix", action="store_true", help="apply the rewrites the analyzers consider safe")
+    lint.add_argument("--fix", action="store_true",
+                      help="rewrite zeros -> empty only where verified: needs --task; never writes protected paths "
+                           "(the task's, else tests/, test/, bench/, benchmarks/, test_*.py, *_test.py, conftest.py, "
+                           "sitecustomize.py)")
+    lint.add_argument("--task", default=None, metavar="TASK.toml",
+                      help="with --fix: grade each rewrite with this task's checks (tests, poisoned memory, coverage) "
+                           "and keep those that pass; PATHs must be inside the task's repo")
+    lint.add_argument("--lock-dir", default=None,
+                      help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
     lint.add_argument("--json", action="store_true", help="print the findings as JSON instead of a table")
     lint.set_defaults(func=cmd_lint)
 

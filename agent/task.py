@@ -49,7 +49,24 @@ class SetupSpec(_Spec):
 class CorrectnessSpec(_Spec):
     command: str = Field(min_length=1)
     poison: bool = True
+    # The uninitialised-read sanitizer, in the poisoned run: on wherever poison is.
+    sanitize: bool | None = None
+    # Opaque kernels ("module.function"): every tensor handed to one counts as read by the sanitizer.
+    kernels: list[str] = []
     timeout_s: float = Field(default=900, gt=0)
+
+    @model_validator(mode="after")
+    def _sanitize_needs_poison(self) -> "CorrectnessSpec":
+        if self.sanitize and not self.poison:
+            raise ValueError("sanitize = true needs poison = true (the sanitizer runs in the poisoned run)")
+        bad = [k for k in self.kernels if "." not in k.strip(".")]
+        if bad:
+            raise ValueError(f"kernels must be dotted names (module.function), not {', '.join(map(repr, bad))}")
+        return self
+
+    @property
+    def sanitizing(self) -> bool:
+        return self.poison and self.sanitize is not False
 
 
 class PerfSpec(_Spec):

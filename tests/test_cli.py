@@ -59,3 +59,38 @@ def test_run_help_names_the_default_models():
     assert "rules (the default" in text and f"default model {DEFAULT_ANTHROPIC_MODEL}" in text
     for agent in EXTERNAL_AGENTS:
         assert f"{agent} {make_agent(agent).model}" in text
+
+
+def _copy_target_repo(dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(REPO / "target_repo", dest, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    return dest
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_lint_fix_without_a_task_writes_nothing_and_says_what_verifies_it(tmp_path):
+    repo = _copy_target_repo(tmp_path / "repo")
+    before = _snapshot(repo)
+    res = perfagent("lint", str(repo), "--fix", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert _snapshot(repo) == before  # bench/ and tests/ included: byte-identical
+    (line,) = [x for x in res.stderr.splitlines() if "skipped" in x]
+    assert "zero-init rewrite(s)" in line and "--task" in line and "protected" in line
+
+
+def test_lint_task_errors_are_one_line(tmp_path):
+    repo = _copy_target_repo(tmp_path / "repo")
+    task = tmp_path / "task.toml"
+    task.write_text(f'id = "t"\nrepo = "{repo}"\nprompt = "p"\n[correctness]\ncommand = "true"\n')
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text("import torch\nx = torch.zeros(3)\n")
+    for args, words in [((str(repo), "--task", str(task)), "--fix"),
+                        ((str(elsewhere), "--fix", "--task", str(task)), "not inside the task's repo"),
+                        ((str(repo), "--fix", "--task", str(tmp_path / "none.toml")), "none.toml")]:
+        res = perfagent("lint", *args, cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().count("\n") == 0 and words in res.stderr, res.stderr

@@ -50,17 +50,29 @@ def test_the_public_23_edit_patch_is_rejected_naming_the_modes_that_read_uniniti
     reason = next(r for r in ev["reasons"] if "poisoned" in r)
     assert "local[ps1]" in reason
     assert ev["environment"]["python"].startswith("3."), "the task's venv ran the harness"
+    # the sanitizer names each buffer read before it is written, with the op and the mode
+    reads = {(r["code"].split('"')[1], t) for r in ev["sanitizer"]["reads"] for t in r["tests"]}
+    assert {("encoder_lens_int32", "encdec[ps1]"), ("local_query_start_loc", "local[ps1]"),
+            ("cache_seqlens", "draft_topk1[ps1]"), ("cache_seqlens", "verify_topk2[ps1]")} <= reads, reads
+    assert all(r["op"] and r["at"] for r in ev["sanitizer"]["reads"])
 
 
 @pytest.mark.slow
-def test_the_safe_patch_passes_with_every_changed_line_executed(tmp_path):
+def test_the_safe_patch_reads_nothing_uninitialised_but_its_mla_read_sites_are_untested(tmp_path):
+    """The 9 edits are safe in every mode the harness runs: every changed line runs and the sanitizer sees
+    no read before a write. Three of the buffers are also read on the MLA path, which no mode runs, so
+    the honest verdict is `unverified`, naming those reads."""
     res = perfagent("check", str(SGLANG), "--patch", str(PATCHES / "sglang-fa-safe.diff"), "--no-perf",
                     "--json", str(tmp_path / "ev.json"))
     assert res.returncode == 0, res.stderr[-2000:]
     ev = json.loads((tmp_path / "ev.json").read_text())
-    assert ev["verdict"] == "pass", ev["reasons"]
+    assert ev["correctness"]["poison"]["passed"] and ev["sanitizer"]["measured"] and ev["sanitizer"]["reads"] == []
     cov = ev["coverage"]
     assert cov["measured"] and cov["changed"] and cov["uncovered"] == [], cov
+    assert ev["verdict"] == "unverified", ev["reasons"]
+    missed = [s for s in ev["read_sites"] if not s["executed"]]
+    assert missed and all(s["guard"].startswith("self.use_mla") for s in missed), missed
+    assert all(s["executed"] for s in ev["read_sites"] if "use_mla" not in (s["guard"] or "")), ev["read_sites"]
 
 
 @pytest.mark.slow
@@ -78,3 +90,32 @@ def test_rules_finishes_on_real_code(tmp_path):
     else:  # kept edits not measurably faster on this machine: reverted, and nothing is emitted
         assert ev["verdict"] == "no-change" and "reverted" in report["result"]
     assert "rejected" in report["result"]
+
+
+@pytest.mark.slow
+def test_without_the_encoder_decoder_mode_its_read_sites_make_the_patch_unverified(tmp_path):
+    """The same task with the encoder-decoder mode left out of the harness: making `encoder_lens_int32`
+    uninitialised reads nothing the remaining modes can see, so what stands between it and `pass` is
+    that no test runs the places that read it."""
+    text = SGLANG.read_text()
+    task = tmp_path / "task.toml"
+    task.write_text(text.replace('repo = "sglang-fa"', f'repo = "{REAL / "sglang-fa"}"')
+                    .replace('command = "python tests/check_cuda_graph.py"',
+                             'command = "python tests/check_cuda_graph.py decode local draft_topk1 verify_topk1"')
+                    .replace('patch = "patches/sglang-fa-safe.diff"', f'patch = "{PATCHES / "sglang-fa-safe.diff"}"'))
+    backend = "sglang/srt/layers/attention/flashattention_backend.py"
+    lines = (REAL / "sglang-fa" / backend).read_text().splitlines()
+    assert lines[1325].strip() == '"encoder_lens_int32": torch.zeros('
+    (tmp_path / "enc.diff").write_text(
+        f"--- a/{backend}\n+++ b/{backend}\n@@ -1325,3 +1325,3 @@\n {lines[1324]}\n-{lines[1325]}\n"
+        f"+{lines[1325].replace('torch.zeros(', 'torch.empty(')}\n {lines[1326]}\n")
+    res = perfagent("check", str(task), "--patch", str(tmp_path / "enc.diff"), "--no-perf",
+                    "--json", str(tmp_path / "ev.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    ev = json.loads((tmp_path / "ev.json").read_text())
+    assert ev["correctness"]["poison"]["passed"] and ev["sanitizer"]["reads"] == []
+    assert ev["verdict"] == "unverified", ev["reasons"]
+    missed = {s["line"]: s["guard"] for s in ev["read_sites"] if not s["executed"]}
+    assert missed.get(967) == "not self.use_mla and layer.is_cross_attention", missed
+    assert missed.get(1741) == "encoder_lens is not None", missed
+    assert any(r.startswith(f"{backend}:967 reads the buffer allocated uninitialised at line 1326") for r in ev["reasons"])

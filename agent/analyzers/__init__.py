@@ -11,10 +11,10 @@ Rules: see RULES. Columns are 1-based, like lines.
 """
 
 from .findings import RULES, AnalyzerConfig, Finding, findings_json, findings_table
-from .rewrite import RewriteError, apply_rewrites, fix_paths
+from .rewrite import RewriteError, apply_rewrites
 from .engine import DEFAULT_EXCLUDE, analyze_paths, analyze_source
 
 __all__ = [
     "RULES", "AnalyzerConfig", "DEFAULT_EXCLUDE", "Finding", "RewriteError", "analyze_paths", "analyze_source",
-    "apply_rewrites", "findings_json", "findings_table", "fix_paths",
+    "apply_rewrites", "findings_json", "findings_table",
 ]

@@ -30,6 +30,7 @@ class ModuleContext:
     config: AnalyzerConfig
     lines: tuple[str, ...] = field(repr=False)
     setup_re: re.Pattern[str] = field(repr=False)
+    one_time_re: re.Pattern[str] = field(repr=False)
     _code: dict[int, str] = field(default_factory=dict, repr=False, compare=False)  # memo: code generation is slow
 
     @classmethod
@@ -38,11 +39,12 @@ class ModuleContext:
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
         code: dict[int, str] = {}
+        one_time_re = re.compile(config.one_time_pattern, re.IGNORECASE)
         facts = collect_facts(wrapper.module, positions, re.compile(config.per_step_pattern, re.IGNORECASE),
-                              lambda node: _render(node, wrapper.module, code))
+                              lambda node: _render(node, wrapper.module, code), one_time_re)
         return cls(path=path, module=wrapper.module, positions=positions, facts=facts, config=config,
-                   lines=tuple((wrapper.module.code if source is None else source).splitlines()), setup_re=re.compile(config.setup_pattern),
-                   _code=code)
+                   lines=tuple((wrapper.module.code if source is None else source).splitlines()),
+                   setup_re=re.compile(config.setup_pattern), one_time_re=one_time_re, _code=code)
 
     @property
     def imports(self) -> Mapping[str, str]:
@@ -130,13 +132,6 @@ def is_literal_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def is_cpu_device(expr: cst.BaseExpression) -> bool:
-    """`"cpu"` or `torch.device("cpu")`."""
-    if isinstance(expr, cst.Call) and expr.args:
-        expr = expr.args[0].value
-    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in ("cpu", b"cpu")
-
-
 def shorten(code: str, limit: int = 100) -> str:
     """Keep keys and messages readable: long expressions end in `...`."""
     return code if len(code) <= limit else code[: limit - 3] + "..."
@@ -148,7 +143,7 @@ class ScopedVisitor(cst.BatchableCSTVisitor):
     Per-step code: the body of a per-step function (`ModuleFacts.per_step`: matching the
     configured pattern or called from one) and everything nested in it, plus loop bodies,
     while loops and comprehension bodies outside one-time setup functions (`__init__`,
-    `init_cuda_graph_state`, ...). Subclasses that override a hook call super().
+    `init_cuda_graph_state`, capture, warm-up, cache growth, ...). Subclasses that override a hook call super().
     """
 
     def __init__(self, ctx: ModuleContext) -> None:
@@ -182,7 +177,7 @@ class ScopedVisitor(cst.BatchableCSTVisitor):
         per_step = name in self.ctx.facts.per_step
         self.functions.append(node)
         self._per_step_fn.append(per_step)
-        self._setup_fn.append(not per_step and bool(self.ctx.setup_re.search(name)))
+        self._setup_fn.append(not per_step and bool(self.ctx.setup_re.search(name) or self.ctx.one_time_re.search(name)))
         self._saved_loops.append(self._loops)
         self._loops = 0  # a def inside a loop body does not run per iteration by itself
 

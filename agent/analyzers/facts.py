@@ -1,8 +1,8 @@
 """Module-wide facts computed once per file, before the rules run.
 
 Import aliases, which functions run per step (call graph), each function's parameters,
-attributes the module assigns torch tensors to, and parameters each function uses like
-tensors. One traversal collects the raw material; the rest is plain dictionary work.
+attributes the module assigns torch tensors to (and those it only assigns host values: CPU
+tensors, NumPy arrays), and parameters each function uses like tensors. One traversal collects the raw material; the rest is plain dictionary work.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _HOST_TORCH_PREFIXES = ("torch.cuda.", "torch.backends.", "torch.is_", "torch.ge
 _HOST_TORCH = frozenset({"torch.numel", "torch.finfo", "torch.iinfo", "torch.Size", "torch.device", "torch.dtype",
                          "torch.manual_seed", "torch.no_grad", "torch.inference_mode", "torch.enable_grad",
                          "torch.Generator", "torch.Stream", "torch.Event", "torch.equal", "torch.allclose"})
+_TENSOR_ANNOTATION = re.compile(r"\bTensor\b")  # `torch.Tensor`, `Optional[Tensor]`; not `PPProxyTensors`
 # Used on a parameter, these say "this is a tensor" (numpy arrays have .shape/.dtype, not these).
 TENSOR_ONLY_ATTRS = frozenset({"device", "is_cuda", "item", "tolist", "numel", "copy_", "cuda", "int", "long",
                                "half", "bfloat16", "masked_fill", "masked_fill_", "index_select", "clamp"})
@@ -38,6 +39,7 @@ class ModuleFacts:
     calls: Mapping[str, frozenset[str]]               # function name -> this module's functions it calls
     defs: Mapping[str, list[tuple[str, list[str]]]]   # function name -> (scope id, parameter names)
     tensor_attrs: frozenset[str]                      # `self.page_table`, `self.meta["k"]`: assigned torch calls
+    host_attrs: frozenset[str]                        # attributes only ever assigned host values (`host_call`)
     tensor_params: Mapping[int, frozenset[str]]       # id(FunctionDef) -> parameters used like tensors
 
 
@@ -51,6 +53,41 @@ def qualify(expr: cst.BaseExpression, imports: Mapping[str, str]) -> str | None:
     return None
 
 
+# torch factories: on the host when `device="cpu"` is named, or, for those built from Python
+# data, when no device is (a bare `torch.zeros(n)` may follow `with torch.device("cuda"):`).
+_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.tensor",
+                        "torch.as_tensor", "torch.rand", "torch.randn", "torch.randint", "torch.linspace"})
+_FROM_PYTHON = frozenset({"torch.tensor", "torch.as_tensor"})
+_HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "item", "numel", "size", "dim", "pin_memory"})
+
+
+def is_cpu_device(expr: cst.BaseExpression) -> bool:
+    """`"cpu"` or `torch.device("cpu")`."""
+    if isinstance(expr, cst.Call) and expr.args:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in ("cpu", b"cpu")
+
+
+def host_call(call: cst.Call, imports: Mapping[str, str]) -> bool:
+    """A call whose result is on the host: a CPU tensor made from Python (`torch.zeros(n)`,
+    `torch.tensor(xs, device="cpu")`, `torch.from_numpy(a)`), `.cpu()`/`.numpy()`/`.tolist()`/
+    `.item()`, `.to("cpu")`, or anything from NumPy."""
+    qual = qualify(call.func, imports) or ""
+    if qual.split(".")[0] == "numpy" or qual == "torch.from_numpy":
+        return True
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    device = next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), None)
+    if method == "to":
+        first = call.args[0] if call.args and call.args[0].keyword is None else None
+        target = device or first
+        return target is not None and is_cpu_device(target.value)
+    if method in _HOST_METHODS:
+        return True
+    if device is None:
+        return qual in _FROM_PYTHON
+    return qual in _FACTORIES and is_cpu_device(device.value)
+
+
 def returns_tensor(qualname: str | None) -> bool:
     """A `torch.*` callable that produces a tensor (not `torch.cuda.*`, `torch.numel`, ...)."""
     q = qualname or ""
@@ -58,7 +95,7 @@ def returns_tensor(qualname: str | None) -> bool:
 
 
 def collect_facts(module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange], per_step_re: re.Pattern[str],
-                  render) -> ModuleFacts:
+                  render, one_time_re: re.Pattern[str] | None = None) -> ModuleFacts:
     raw = _Raw(positions, render)
     module.visit(raw)
     imports = {**_DEFAULT_ALIASES, **raw.imports}
@@ -68,10 +105,14 @@ def collect_facts(module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange]
         fn: frozenset(name for name, call in uses if call is None or is_tensor_call(call)) & raw.params[fn]
         for fn, uses in raw.uses.items()
     }
+    host = {text for text, call in raw.attr_calls if host_call(call, imports)}
+    host_attrs = frozenset(host - {text for text, call in raw.attr_calls if not host_call(call, imports)})
     calls = {name: frozenset(c for c in callees if c in raw.calls) for name, callees in raw.calls.items()}
-    return ModuleFacts(imports=imports, per_step=reachable(calls, [n for n in calls if per_step_re.search(n)]),
-                       calls=calls, defs=dict(raw.defs),
-                       tensor_attrs=tensor_attrs, tensor_params=tensor_params)
+    one_time = {n for n in calls if one_time_re is not None and one_time_re.search(n)}
+    step_calls = {name: callees - one_time for name, callees in calls.items()}
+    per_step = reachable(step_calls, [n for n in calls if per_step_re.search(n) and n not in one_time])
+    return ModuleFacts(imports=imports, per_step=per_step, calls=calls, defs=dict(raw.defs),
+                       tensor_attrs=tensor_attrs, host_attrs=host_attrs, tensor_params=tensor_params)
 
 
 def reachable(calls: Mapping[str, frozenset[str]], start: list[str]) -> frozenset[str]:
@@ -124,7 +165,7 @@ class _Raw(cst.CSTVisitor):
         self.calls.setdefault(name, set())
         self.params[id(node)] = frozenset(params)
         self.uses[id(node)] = [(x.name.value, None) for x in (*p.posonly_params, *p.params, *p.kwonly_params)
-                               if x.annotation is not None and "Tensor" in self.render(x.annotation.annotation)]
+                               if x.annotation is not None and _TENSOR_ANNOTATION.search(self.render(x.annotation.annotation))]
         self.stack.append(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:

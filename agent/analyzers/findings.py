@@ -34,6 +34,8 @@ RULES: dict[str, str] = {
 
 DEFAULT_PER_STEP = r"forward|replay|step|decode|extend|metadata"
 DEFAULT_SETUP = r"^(__init__|__post_init__|__new__|setup\w*|\w*_state|\w*warmup\w*|load\w*)$"
+DEFAULT_ONE_TIME = (r"captur|cuda_graph_state|warm_?up|profile|dummy|_grow|grow_|resize|reserve|realloc"
+                    r"|ensure_\w*(capacity|size|buffer)")
 
 
 @dataclass(frozen=True)
@@ -71,13 +73,18 @@ class AnalyzerConfig:
     """Knobs that change what counts as per-step code.
 
     A function is per-step when `per_step_pattern` (case-insensitive, searched) matches its
-    name or when a per-step function of the same module calls it (`self.f()` or `f()`).
+    name or when a per-step function of the same module calls it (`self.f()` or `f()`),
+    unless `one_time_pattern` (case-insensitive, searched) matches it: CUDA-graph capture,
+    warm-up, profiling and cache growth run once or rarely even when a per-step function
+    calls them (`if n > cap: self._grow(n)`), and what only they call is not per-step either.
     Loop and comprehension bodies are per-step too, except inside functions matching
-    `setup_pattern` (one-time setup such as `__init__`) that no per-step function calls.
+    `setup_pattern` (one-time setup such as `__init__`) or `one_time_pattern` that no
+    per-step function calls.
     """
 
     per_step_pattern: str = DEFAULT_PER_STEP
     setup_pattern: str = DEFAULT_SETUP
+    one_time_pattern: str = DEFAULT_ONE_TIME
 
 
 

@@ -10,6 +10,10 @@ One pass over a module, in source order, records:
   cannot see, such as a kernel launch) and those that read or keep the initial contents:
   slices skipping leading elements (`buf[1:n+1].copy_(...)`, `out=buf[1:]`), accumulation
   (`+=`, `add_`, ...) and sparse writes (`index_put_`, `masked_fill_`, `buf[idx_tensor] = v`).
+  A plain write is `full` only when it visibly covers every element (`buf.copy_(x)`,
+  `buf[:] = v`, `out=buf`); `buf[:bs].copy_(x)`, `buf[i] = v` and kernel launches are not.
+  A slice that skips a head some earlier write in an enclosing block already wrote
+  (`buf[0] = 0` then `buf[1:n+1] = x`) is a plain write, not a prefix one.
 
 Aliases rooted at locals are flow-sensitive (the latest assignment in source order wins),
 so `md.cu_seqlens_k` means whichever buffer it was last bound to, even when one local is
@@ -31,7 +35,7 @@ import libcst as cst
 from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
 from .facts import returns_tensor
 from .factories import Factory, classify
-from .refs import Ref, key_element, overlaps, path_of, resolve, write_target
+from .refs import VIEW_METHODS, Ref, key_element, literal_int, overlaps, path_of, resolve, write_target
 from .tensors import TENSOR_METHODS, TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
@@ -43,6 +47,9 @@ _ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor
                           "clamp_max_", "pow_", "neg_", "abs_", "exp_", "log_", "sqrt_", "rsqrt_", "cumsum_",
                           "cumprod_", "relu_", "sigmoid_", "tanh_", "sign_", "logical_or_", "logical_and_",
                           "bitwise_or_", "bitwise_and_", "bitwise_xor_", "maximum_", "minimum_", "fmax_", "fmin_"})
+# In-place methods whose result does not depend on the old contents.
+_OVERWRITES = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+                         "geometric_", "cauchy_", "log_normal_"})
 _SPARSE_WRITES = frozenset({"index_put_", "masked_fill_", "masked_scatter_", "index_fill_", "index_copy_", "scatter_"})
 _READ_ONLY_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "repr", "print", "max", "min", "sum", "abs",
                                  "round", "isinstance", "type", "id", "list", "tuple", "dict", "set", "range",
@@ -72,6 +79,7 @@ class Write:
     ref: Ref | None
     function: str | None
     skips: tuple[str, ...] = ()
+    full: bool = False   # a plain write that visibly covers every element of the buffer
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ class _Scope:
     params: frozenset[str]
     names: dict[str, Ref] = field(default_factory=dict)
     snapshots: list[tuple[Ref, Ref, set[Ref]]] = field(default_factory=list)  # (object, snapshot root, fields)
+    heads: dict[Ref, list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)  # written head length, blocks
+    views: set[str] = field(default_factory=set)  # local names now bound to part of a buffer (`cu = buf[:n]`)
 
 
 class FlowVisitor(TensorVisitor):
@@ -107,6 +117,8 @@ class FlowVisitor(TensorVisitor):
         self.local: dict[Ref, Ref] = {}                              # latest binding of a local-rooted path
         self.shared: dict[Ref, list[Ref]] = defaultdict(list)        # self-rooted, snapshot and parameter aliases
         self._counter = 0
+        self._blocks: list[int] = []                                 # ids of the enclosing indented blocks
+        self._view_paths: set[Ref] = set()                           # attributes bound to part of a buffer
 
     def buffer_facts(self) -> BufferFacts:
         self._finish(self.scopes[0])
@@ -133,6 +145,12 @@ class FlowVisitor(TensorVisitor):
         super().leave_FunctionDef(original_node)
         self._finish(self.scopes.pop())
 
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(id(node))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self._blocks.pop()
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.scopes.append(_Scope(f"class {node.name.value}:{self.ctx.start(node)[0]}", frozenset()))
 
@@ -155,6 +173,7 @@ class FlowVisitor(TensorVisitor):
         scope = self.scopes[-1]
         ref = (f"{scope.id}#{name}@{self._counter}",)
         scope.names[name] = ref
+        scope.views.discard(name)
         return ref
 
     def path(self, expr: cst.BaseExpression) -> Ref | None:
@@ -300,6 +319,10 @@ class FlowVisitor(TensorVisitor):
         if isinstance(target, cst.Name):
             if value_ref is not None:
                 self.scopes[-1].names[target.value] = value_ref
+                if covers_all(value) and not self._is_view(value):
+                    self.scopes[-1].views.discard(target.value)
+                else:
+                    self.scopes[-1].views.add(target.value)
             else:
                 self.bind_value(self.fresh(target.value), text, value)
             return
@@ -307,18 +330,23 @@ class FlowVisitor(TensorVisitor):
             ref, skips = self.target(target)
             tensor_store = (any(isinstance(el.slice, cst.Slice) for el in target.slice)
                             or self._is_buffer(target.value) or self.likely_tensor(target.value))
-            if skips:
+            if skips and not self._head_written(target, skips):
                 self._record("prefix", target, target, ref, skips)
             elif any(isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in target.slice):
                 self._record("sparse", target, target, ref, [])  # buf[idx] = v: a scatter through an index tensor
-            elif tensor_store:
-                self._record("write", target, target, ref, [])
+            elif tensor_store or skips:
+                self._record("write", target, target, ref, [], full=covers_all(target) and not self._is_view(target))
+            self._note_head(target)
             if tensor_store:
                 return  # a store into a tensor copies the value: a zeros temporary here is read
         target_ref = self.bound_path(target)
         if value_ref is not None:
             if target_ref is not None:
                 self.alias(target_ref, value_ref)
+                if covers_all(value) and not self._is_view(value):
+                    self._view_paths.discard(target_ref)
+                else:
+                    self._view_paths.add(target_ref)
             return
         self.bind_value(target_ref, text, value)
 
@@ -353,6 +381,14 @@ class FlowVisitor(TensorVisitor):
             return
         self.bind_value(sub, text + (shown or element), value)
 
+    def _is_view(self, expr: cst.BaseExpression) -> bool:
+        """A name bound to part of a buffer: a write covering the name does not cover the buffer."""
+        while isinstance(expr, (cst.Subscript, cst.Call)) and covers_all(expr):
+            expr = expr.value if isinstance(expr, cst.Subscript) else expr.func.value  # type: ignore[union-attr]
+        if isinstance(expr, cst.Attribute):
+            return self.bound_path(expr) in self._view_paths
+        return isinstance(expr, cst.Name) and expr.value in self.scopes[-1].views
+
     def _is_buffer(self, expr: cst.BaseExpression) -> bool:
         ref = self.path(expr)
         if ref is None:
@@ -377,16 +413,43 @@ class FlowVisitor(TensorVisitor):
             elif method in _SPARSE_WRITES:
                 self._write(node, receiver, "sparse")
             elif method.endswith("_") and not method.startswith("_"):  # copy_, fill_, zero_, normal_, ...
-                self._write(node, receiver)
+                self._write(node, receiver, full=method in _OVERWRITES)
         out = kwarg(node, "out")
         if out is not None:
-            self._write(node, out.value)
+            self._write(node, out.value, full=True)
         self._argument_uses(node)
 
-    def _write(self, node: cst.CSTNode, target: cst.BaseExpression, kind: str | None = None) -> None:
-        """Record a write; a plain one is a "prefix" write when it skips leading elements."""
+    def _write(self, node: cst.CSTNode, target: cst.BaseExpression, kind: str | None = None,
+               full: bool = False) -> None:
+        """Record a write; a plain one is a "prefix" write when it skips a head not written before."""
         ref, skips = self.target(target)
-        self._record(kind or ("prefix" if skips else "write"), node, target, ref, skips)
+        if kind is None and skips and self._head_written(target, skips):
+            skips = []
+        if kind is None and not skips:
+            self._record("write", node, target, ref, [], full=full and covers_all(target) and not self._is_view(target))
+            self._note_head(target)
+        else:
+            self._record(kind or "prefix", node, target, ref, skips)
+
+    # heads written before a slice that skips them -------------------------------------
+    def _note_head(self, target: cst.BaseExpression) -> None:
+        """Remember how many leading elements a plain write covers (`buf[0]`, `buf[:2]`, `buf`)."""
+        base, length = _head(target)
+        ref = self.path(base)
+        if ref is not None and length:
+            self.scopes[-1].heads.setdefault(ref, []).append((length, tuple(self._blocks)))
+
+    def _head_written(self, target: cst.BaseExpression, skips: list[str]) -> bool:
+        """An earlier write in a block enclosing this one covers every element this slice skips."""
+        base = target
+        while isinstance(base, cst.Subscript) or (
+                isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in VIEW_METHODS):
+            base = base.value if isinstance(base, cst.Subscript) else base.func.value  # type: ignore[union-attr]
+        ref = self.path(base)
+        blocks = tuple(self._blocks)
+        need = max(int(s) for s in skips)
+        return ref is not None and any(length >= need and blocks[: len(where)] == where
+                                       for length, where in self.scopes[-1].heads.get(ref, ()))
 
     def _argument_uses(self, call: cst.Call) -> None:
         """Buffers passed to a call: read by torch ops, tensor methods, builtins and constructors;
@@ -408,9 +471,9 @@ class FlowVisitor(TensorVisitor):
                     self._record("read" if reads else "write", call, arg.value, ref, [])
 
     def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
-                skips: list[str]) -> None:
+                skips: list[str], full: bool = False) -> None:
         text = self.ctx.render(target)
-        self.writes.append(Write(kind, node, text, ref, self.function, tuple(skips)))
+        self.writes.append(Write(kind, node, text, ref, self.function, tuple(skips), full))
 
     def _register_buffer(self, node: cst.Call, receiver: cst.BaseExpression) -> None:
         name = positional(node, 0) or kwarg(node, "name")
@@ -420,6 +483,43 @@ class FlowVisitor(TensorVisitor):
         attr = f".{string_key(cst.Index(name.value))}"
         base = self.path(receiver)
         self.bind_value(base + (attr,) if base else None, self.ctx.render(receiver) + attr, value.value)
+
+
+def covers_all(target: cst.BaseExpression) -> bool:
+    """The expression names a whole buffer: no index, no bounded slice (`buf`, `buf[:]`, `buf[...]`, `buf.view(-1)`)."""
+    while True:
+        if isinstance(target, cst.Subscript) and len(target.slice) == 1 and string_key(target.slice[0].slice) is not None:
+            return True  # self.meta["cu"]: a named entry, the buffer itself
+        if isinstance(target, cst.Subscript):
+            if not all(_whole(el.slice) for el in target.slice):
+                return False
+            target = target.value
+        elif isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) and \
+                target.func.attr.value in VIEW_METHODS:
+            target = target.func.value
+        else:
+            return isinstance(target, (cst.Name, cst.Attribute))
+
+
+def _whole(sub: cst.BaseSlice) -> bool:
+    if isinstance(sub, cst.Slice):
+        return sub.lower is None and sub.upper is None and sub.step is None
+    return isinstance(sub, cst.Index) and isinstance(sub.value, cst.Ellipsis)
+
+
+def _head(target: cst.BaseExpression) -> tuple[cst.BaseExpression, int]:
+    """(buffer, leading elements written): `buf[0]` -> 1, `buf[:2]`/`buf[0:2]` -> 2, a whole buffer -> a lot."""
+    if covers_all(target):
+        return target, 1 << 30
+    if isinstance(target, cst.Subscript) and target.slice:
+        first = target.slice[0].slice
+        if isinstance(first, cst.Index) and literal_int(first.value) == 0:
+            return target.value, 1
+        if isinstance(first, cst.Slice) and literal_int(first.lower) in (None, 0) and first.step is None:
+            upper = literal_int(first.upper)
+            if upper is not None and upper > 0:
+                return target.value, upper
+    return target, 0
 
 
 def _strip_conversions(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -7,8 +7,6 @@ are left byte-for-byte as they were.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from pathlib import Path
 from typing import Iterable
 
 import libcst as cst
@@ -34,7 +32,7 @@ def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
     if not wanted:
         return source
     if len({f.path for f in wanted}) > 1:
-        raise RewriteError("apply_rewrites takes the findings of one file; group them by path (fix_paths does)")
+        raise RewriteError("apply_rewrites takes the findings of one file; group them by path (as the rules policy and lint --fix do)")
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
@@ -53,28 +51,6 @@ def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
             raise RewriteError(f"{w.key}: no matching rewritable allocation in this source")
         chosen[id(alloc.call)] = alloc
     return module.visit(_ToEmpty(chosen)).code
-
-
-def fix_paths(findings: Iterable[Finding], root: Path, *, include_unsafe: bool = False) -> dict[str, int]:
-    """Rewrite files under `root` in place; returns {relative path: rewrites applied}.
-
-    Only findings with `safe_to_rewrite` unless `include_unsafe` (a hazard was seen).
-    """
-    by_path: dict[str, list[Finding]] = defaultdict(list)
-    for f in findings:
-        if f.rule == ZERO_INIT and f.fixable and (f.safe_to_rewrite or include_unsafe):
-            by_path[f.path].append(f)
-    counts: dict[str, int] = {}
-    for rel, group in sorted(by_path.items()):
-        file = Path(root) / rel
-        with open(file, encoding="utf-8", newline="") as fh:
-            source = fh.read()
-        new = apply_rewrites(source, group)
-        if new != source:
-            with open(file, "w", encoding="utf-8", newline="") as fh:
-                fh.write(new)
-            counts[rel] = len(group)
-    return counts
 
 
 def _local(key: str) -> str:

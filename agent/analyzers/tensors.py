@@ -5,6 +5,9 @@ tensor-method result, or is a parameter annotated `Tensor` or used like one in i
 (`p.device`, `p.item()`, `p.tolist()`, `p.copy_(...)`, `torch.f(p, ...)`) until it is
 reassigned; an attribute is one when the module assigns it a `torch.*` call anywhere.
 Guesses err towards "not a tensor" so the host-sync rule stays quiet on ints and lists.
+`is_host` knows the opposite: values that live on the host (Python numbers, NumPy arrays, CPU
+tensors made from Python, `.cpu()`/`.item()` results, and names last bound to one), where
+reading a value never waits for a device.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .context import ModuleContext, ScopedVisitor, method_name
-from .facts import returns_tensor
+from .facts import host_call, returns_tensor
 
 TENSOR_METHODS = frozenset({
     "sum", "max", "min", "any", "all", "argmax", "argmin", "mean", "prod", "norm", "amax", "amin", "count_nonzero",
@@ -36,16 +39,19 @@ class TensorVisitor(ScopedVisitor):
         super().__init__(ctx)
         self._tensors: list[set[str]] = [set()]
         self._lists: list[set[str]] = [set()]
+        self._host: list[set[str]] = [set()]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
         self._tensors.append(set(self.ctx.facts.tensor_params.get(id(node), ())))
         self._lists.append(set())
+        self._host.append(set())
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         super().leave_FunctionDef(original_node)
         self._tensors.pop()
         self._lists.pop()
+        self._host.pop()
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
@@ -67,6 +73,9 @@ class TensorVisitor(ScopedVisitor):
         name = target.value
         self._tensors[-1].discard(name)
         self._lists[-1].discard(name)
+        self._host[-1].discard(name)
+        if value is not None and self.is_host(value):
+            self._host[-1].add(name)
         if value is not None and self.likely_tensor(value):
             self._tensors[-1].add(name)
         elif value is not None and self.is_list(value):
@@ -83,6 +92,33 @@ class TensorVisitor(ScopedVisitor):
         if isinstance(expr, cst.Call):
             return method_name(expr) == "tolist" or (isinstance(expr.func, cst.Name) and expr.func.value == "list")
         return False
+
+    def is_host(self, expr: cst.BaseExpression) -> bool:
+        """Known to live on the host: reading it needs no device synchronisation."""
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.Name):
+            return expr.value in self._host[-1]
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Name) and func.value in ("len", "int", "float"):
+                return True
+            return host_call(expr, self.ctx.imports) or (isinstance(func, cst.Attribute) and self.is_host(func.value))
+        if isinstance(expr, cst.Attribute) and expr.attr.value in ("shape", "ndim"):
+            return True
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            if isinstance(expr, cst.Subscript) and self.is_host(expr.value):
+                return True
+            return self.ctx.render(expr) in self.ctx.facts.host_attrs
+        if isinstance(expr, cst.BinaryOperation):
+            return self.is_host(expr.left) and self.is_host(expr.right)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.is_host(expr.expression)
+        return False
+
+    def on_device(self, expr: cst.BaseExpression) -> bool:
+        """Likely a tensor and not known to be on the host."""
+        return self.likely_tensor(expr) and not self.is_host(expr)
 
     def likely_tensor(self, expr: cst.BaseExpression) -> bool:
         if isinstance(expr, cst.Call):

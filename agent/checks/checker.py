@@ -7,6 +7,7 @@ candidate gets a fresh checkout of base, so nothing from an earlier evaluation l
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import time
@@ -14,19 +15,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+import libcst as cst
+
+from agent.analyzers.reads import read_sites
 from agent.checks import perf as perfmod
 from agent.checks.correctness import check_env, install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.integrity import (IntegrityResult, check_integrity, installed_top_level_modules, is_test_path,
                                     plausibility_problem)
-from agent.checks import coverage
+from agent.checks import coverage, sanitizer
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environment, Evaluation, Hygiene, PerfResult,
-                                 ReferenceResult)
+                                     ReadSiteResult, ReferenceResult)
 from agent.checks.launch import Launcher
-from agent.checks.patchinfo import added_lines, changes_anything, hygiene_problems
+from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
-from agent.checks.render import compact_lines
+from agent.checks.render import compact_lines, read_line, read_path
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
@@ -130,7 +134,8 @@ class Checker:
     def _scrub(self) -> None:
         """Leave nothing of this candidate for the next: files (ignored ones too) and coverage data.
         A slot that will not come clean is dropped with its interpreters; the next one is new."""
-        empty_folder(self.workdir / "coverage")  # emptied, not removed: a warm interpreter has it mounted
+        for folder in ("coverage", "sanitizer"):  # emptied, not removed: a warm interpreter has them mounted
+            empty_folder(self.workdir / folder)
         if self._slot is not None and not self._slot.scrub():
             self._drop_slot()
 
@@ -231,6 +236,10 @@ class Checker:
             ev.verdict = "unverified"
             ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
                               if ev.coverage.uncovered else ev.coverage.note or "changed-line coverage not measured")
+        for site in (s for s in ev.read_sites if not s.executed):
+            ev.verdict = "unverified"
+            ev.reasons.append(f"{site.buffer.rsplit(':', 1)[0]}:{site.line} reads the buffer allocated uninitialised "
+                              f"at line {site.buffer.rsplit(':', 1)[1]}{read_path(site)}: no test runs it")
         if perf and self.task.spec.perf is not None:
             self._perf(cand, ev, quick=quick, reference=reference)
         if ev.verdict in ("pass", "unverified") and (ev.integrity.flags or ev.integrity.plausibility):
@@ -255,12 +264,15 @@ class Checker:
         spec = self.task.spec.correctness
         py_files = [f.path for f in changed if f.path.endswith(".py")]
         lines_dir = coverage.prepare(self.workdir / "coverage", cand.root, py_files) if py_files else None
+        reads_dir = (sanitizer.prepare(self.workdir / "sanitizer", cand.root, py_files, spec.kernels)
+                     if py_files and spec.sanitizing else None)
         launcher = self._tests
         assert launcher is not None
 
         def run(name: str) -> CommandRun:
-            return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s,
-                             poison=name == "poison", lines_dir=lines_dir if name == "plain" else None)
+            return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
+                             lines_dir=lines_dir if name == "plain" else None,
+                             sanitize_dir=reads_dir if name == "poison" else None)
 
         # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
         # a GPU, where two test processes could exhaust device memory.
@@ -280,9 +292,17 @@ class Checker:
         if poison is not None and not poison.passed:
             ev.reasons.append("tests fail with uninitialised memory poisoned (a buffer is read before it is written)"
                               + _ids(poison))
+        if reads_dir is not None and poison is not None:
+            ev.sanitizer = sanitizer.collect(reads_dir, cand.root, changed)
+            if ev.sanitizer.reads:
+                ev.reasons.append("buffers read before they are written (sanitizer): "
+                                  + "; ".join(read_line(r) for r in ev.sanitizer.reads[:4])
+                                  + (f" and {len(ev.sanitizer.reads) - 4} more" if len(ev.sanitizer.reads) > 4 else ""))
         if changed:
             rec = coverage.recorded(lines_dir) if lines_dir is not None else coverage.Recorded(lines={})
             ev.coverage = coverage.classify(cand.root, changed, rec)
+            if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
+                ev.read_sites = _read_sites(cand.root, changed, rec)
 
     def _perf(self, cand: Workspace, ev: Evaluation, *, quick: bool, reference: bool) -> None:
         spec = self.task.spec.perf
@@ -379,6 +399,36 @@ def diff_stats(ws: Workspace) -> DiffStats:
         ins += int(a) if a.isdigit() else 0
         dels += int(d) if d.isdigit() else 0
     return DiffStats(files=files, insertions=ins, deletions=dels)
+
+
+_UNINITIALISED = re.compile(r"\b(empty|empty_like|new_empty|empty_strided|new_empty_strided)\s*\(")
+
+
+def _read_sites(root: Path, changed: list[FileLines], rec: coverage.Recorded) -> list[ReadSiteResult]:
+    """Every read of a buffer the patch allocates uninitialised (static analysis), and whether the tests
+    ran it: a read no test reaches is a path on which nothing shows the buffer is written first."""
+    out: list[ReadSiteResult] = []
+    for fl in changed:
+        path = root / fl.path
+        if not fl.path.endswith(".py"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        source = text.splitlines()
+        allocs = [n for n in fl.lines if 0 < n <= len(source) and _UNINITIALISED.search(source[n - 1])]
+        ran = coverage.statements_run(path, rec) if allocs else None
+        if ran is None:
+            continue
+        try:
+            found = read_sites(text, allocs, fl.path)
+        except cst.ParserSyntaxError:
+            continue
+        for line, sites in sorted(found.items()):
+            out += [ReadSiteResult(buffer=f"{fl.path}:{line}", line=s.line, function=s.function, how=s.how,
+                                   guard=s.guard, executed=s.statement in ran) for s in sites]
+    return out
 
 
 def _ids(run: CommandRun) -> str:

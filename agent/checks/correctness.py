@@ -28,9 +28,10 @@ POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def install_hook(folder: Path) -> Path:
-    """Put the harness's sitecustomize.py into `folder` (created); returns the folder."""
+    """Put the harness's sitecustomize.py (and the sanitizer it starts) into `folder` (created)."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(__file__).with_name("poison_hook.py"), folder / "sitecustomize.py")
+    shutil.copyfile(Path(__file__).with_name("sanitize_hook.py"), folder / "perfagent_sanitize.py")
     return folder
 
 
@@ -55,11 +56,15 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
 
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,
-              lines_dir: Path | None = None) -> CommandRun:
+              lines_dir: Path | None = None, sanitize_dir: Path | None = None) -> CommandRun:
     """One run of the correctness command; with `lines_dir`, its processes record the changed lines
-    they execute there (agent.checks.coverage)."""
+    they execute there (agent.checks.coverage); with `sanitize_dir`, the reads of uninitialised
+    memory they make (agent.checks.sanitizer)."""
     extra: dict[str, str] = dict(POISON_ENV) if poison else {}
     if lines_dir is not None:
         extra["PERFAGENT_LINES"] = str(lines_dir)
-    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=(lines_dir,) if lines_dir is not None else ())
+    if sanitize_dir is not None:
+        extra["PERFAGENT_SANITIZE"] = str(sanitize_dir)
+    writable = tuple(d for d in (lines_dir, sanitize_dir) if d is not None)
+    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=writable)
     return to_run(name, res)

@@ -71,6 +71,18 @@ def recorded(folder: Path) -> Recorded:
     return out
 
 
+def statements_run(path: Path, rec: Recorded) -> set[int] | None:
+    """First lines of the statements of `path` that some process ran; None when not measured."""
+    if rec.lines is None:
+        return None
+    try:
+        parser = PythonParser(filename=str(path))
+        parser.parse_source()
+    except (NotPython, OSError, SyntaxError, CoverageException):
+        return None
+    return {parser.first_line(n) for n in rec.lines.get(os.path.realpath(path), set())}
+
+
 def _statement_of(parser: PythonParser, line: int) -> int | None:
     first = parser.first_line(line)
     return first if first in parser.statements else None

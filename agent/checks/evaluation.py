@@ -48,6 +48,43 @@ class CoverageResult(BaseModel):
     note: str | None = None
 
 
+class UninitRead(BaseModel):
+    """One buffer read before it was written, as the sanitizer saw it (paths repo-relative)."""
+
+    buffer: str  # "file:line" of the uninitialised allocation
+    code: str = ""  # that line's source, stripped
+    op: str  # the op (or kernel) that read it, e.g. "aten.cumsum.default", "kernel sgl_kernel.flash_attn..."
+    argument: str | None = None  # which of the op's arguments
+    uninitialised: int = 0  # elements never written, of `elements` the op read (first time seen)
+    elements: int = 0
+    index: list[int] = []  # the first such element, in the read view's coordinates
+    at: str | None = None  # where the op was called: "file:line (function)"
+    via: str | None = None  # the changed file's frame that led there, when `at` is elsewhere
+    tests: list[str] = []  # the tests (or modes) in which it happened
+
+
+class SanitizerResult(BaseModel):
+    """Reads of uninitialised memory in the poisoned run, whether or not a test failed. `reads` are the
+    buffers the patch allocates uninitialised (on its changed lines); `elsewhere` are other allocations
+    in the changed files, already uninitialised at base."""
+
+    measured: bool = True
+    reads: list[UninitRead] = []
+    elsewhere: list[UninitRead] = []
+    note: str | None = None  # why nothing was measured
+
+
+class ReadSiteResult(BaseModel):
+    """Where each buffer the patch made uninitialised is read (static analysis), and whether a test ran it."""
+
+    buffer: str  # "file:line"
+    line: int  # the read's line in the same file
+    function: str | None = None
+    how: str = ""
+    guard: str | None = None  # the conditions on the way to it (its path)
+    executed: bool = False
+
+
 class Hygiene(BaseModel):
     ok: bool = True
     problems: list[str] = []
@@ -149,6 +186,8 @@ class Evaluation(BaseModel):
     setup: CommandRun | None = None
     correctness: Correctness | None = None
     coverage: CoverageResult | None = None
+    sanitizer: SanitizerResult | None = None
+    read_sites: list[ReadSiteResult] = []
     perf: PerfResult | None = None
     reference: ReferenceResult | None = None
     environment: Environment = Environment()

@@ -5,6 +5,8 @@ Every Python process a check command starts runs this at start-up:
   fill uninitialised memory (NaN for floats, max int for ints), so a buffer read before
   it is written fails the tests. torch is not imported eagerly: processes that never use
   it pay nothing.
+- PERFAGENT_SANITIZE=<folder>: once torch is imported (after poisoning), start the
+  uninitialised-read sanitizer copied beside this file (perfagent_sanitize.py).
 - PERFAGENT_LINES=<folder>: record which lines of the files listed in <folder>/targets.json
   run, each line once per process, appended to a file of its own in <folder> as it happens (so a
   process that dies still leaves what it ran). No package is needed: `sys.monitoring` on 3.12+,
@@ -132,24 +134,48 @@ def _poison(torch):
     torch.utils.deterministic.fill_uninitialized_memory = True
 
 
-class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps torch's loader so `_poison` runs right after torch loads."""
+def _on_torch(torch):
+    if os.environ.get("PERFAGENT_POISON") == "1":
+        _poison(torch)
+    folder = os.environ.get("PERFAGENT_SANITIZE")
+    if folder:
+        try:
+            import perfagent_sanitize
 
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
+            perfagent_sanitize.start(folder, after_import)
+        except Exception as e:  # recorded as "not measured" by the harness, with this reason
+            try:
+                with open(os.path.join(folder, "reads.%d.error" % os.getpid()), "a") as f:
+                    f.write("#error sanitizer not started: %r\n" % (e,))
+            except OSError:
+                sys.stderr.write("perfagent: sanitizer not started: %r\n" % (e,))
+
+
+def after_import(module_name, then):
+    """Run `then(module)` right after `module_name` is imported (now, if it already is): a finder that
+    finds nothing itself but wraps the module's loader."""
+    if module_name in sys.modules:
+        then(sys.modules[module_name])
+        return
+
+    class Watch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name != module_name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_then(module):
+                exec_module(module)
+                then(module)
+
+            spec.loader.exec_module = exec_then
             return spec
-        exec_module = spec.loader.exec_module
 
-        def exec_then_poison(module):
-            exec_module(module)
-            _poison(module)
-
-        spec.loader.exec_module = exec_then_poison
-        return spec
+    sys.meta_path.insert(0, Watch())
 
 
 def _chain():
@@ -164,11 +190,8 @@ def _chain():
 def perfagent_start():
     """What the environment asks for; a warm interpreter calls it again in each forked child."""
     _start_lines()
-    if os.environ.get("PERFAGENT_POISON") == "1":
-        if "torch" in sys.modules:
-            _poison(sys.modules["torch"])
-        else:
-            sys.meta_path.insert(0, _AfterTorchImport())
+    if os.environ.get("PERFAGENT_POISON") == "1" or os.environ.get("PERFAGENT_SANITIZE"):
+        after_import("torch", _on_torch)
 
 
 perfagent_start()

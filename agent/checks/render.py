@@ -17,13 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.checks.evaluation import (CommandRun, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
-                                     ReferenceResult)
+                                     ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
 from agent.checks.integrity import IntegrityResult
 from agent.util.text import first_line, tail_lines
 
 Level = Literal["ok", "warn", "bad", "info"]
 LEVEL_STYLE: dict[Level, str] = {"ok": "green", "warn": "yellow", "bad": "red", "info": ""}
 COVERAGE = "coverage of changed lines"
+SANITIZER = "uninitialised reads"
+READ_SITES = "read sites run"
 _PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "suspicious": "bad"}
 
 
@@ -102,6 +104,51 @@ def _coverage_tail(cov: CoverageResult) -> str:
     return f"; NOT executed: {compact_lines(cov.uncovered)}" if cov.uncovered else ""
 
 
+def read_line(read: UninitRead) -> str:
+    """One line: what read which buffer, where, in which tests."""
+    arg = f" ({read.argument})" if read.argument and not read.argument.startswith("#") else ""
+    elems = f", {read.uninitialised} of {read.elements} elements unwritten" if read.elements else ""
+    first = f", first at [{', '.join(map(str, read.index))}]" if read.index else ""
+    at = f" at {read.at}" + (f" via {read.via}" if read.via else "") if read.at else ""
+    tests = f" in {', '.join(read.tests[:3])}" + (f" and {len(read.tests) - 3} more" if len(read.tests) > 3 else "") \
+        if read.tests else ""
+    return f"{read.buffer} `{read.code}` read by {read.op}{arg}{at}{elems}{first}{tests}"
+
+
+def read_path(site: ReadSiteResult) -> str:
+    """' in f, when cond' for a static read site: which path of the code reaches it."""
+    where = f" in {site.function}" if site.function else ""
+    return where + (f", when {site.guard}" if site.guard else "")
+
+
+def blame(ev: Evaluation) -> dict[str, str]:
+    """"path:line" of each allocation the evidence says must not be uninitialised -> why: a read before any
+    write (sanitizer), or a read site no test runs. Names culprits without testing edits one by one."""
+    out: dict[str, str] = {}
+    for r in ev.sanitizer.reads if ev.sanitizer is not None else []:
+        out.setdefault(r.buffer, f"read before written: {read_line(r).split('` ', 1)[-1]}")
+    for site in ev.read_sites:
+        if not site.executed:
+            out.setdefault(site.buffer, f"read at line {site.line}{read_path(site)}: no test runs it")
+    return out
+
+
+def _sanitizer_line(s: SanitizerResult) -> str:
+    if not s.measured:
+        return s.note or "not measured"
+    if not s.reads:
+        base = f"; {len(s.elsewhere)} already uninitialised at base" if s.elsewhere else ""
+        return "no buffer of the patch read before it is written" + base
+    return f"{len(s.reads)} read(s) before a write: " + "; ".join(read_line(r) for r in s.reads)
+
+
+def _read_sites_line(sites: list[ReadSiteResult]) -> str:
+    missed = [s for s in sites if not s.executed]
+    text = f"{len(sites) - len(missed)}/{len(sites)} read sites of the patch's uninitialised buffers run by the tests"
+    return text + "".join(f"; NOT run: {s.buffer.rsplit(':', 1)[0]}:{s.line}{read_path(s)} (reads the buffer "
+                          f"of line {s.buffer.rsplit(':', 1)[1]})" for s in missed)
+
+
 def _note(text: str | None) -> str:
     return f" ({text})" if text else ""
 
@@ -143,6 +190,10 @@ def summarize(ev: Evaluation) -> str:
         cov = ev.coverage
         out.append(f"changed lines executed by tests: {len(cov.covered)}/{len(cov.changed)}"
                    + _coverage_tail(cov) + _note(cov.note))
+    if ev.sanitizer is not None:
+        out.append(f"{SANITIZER}: {_sanitizer_line(ev.sanitizer)}")
+    if ev.read_sites:
+        out.append(f"{READ_SITES}: {_read_sites_line(ev.read_sites)}")
     if ev.perf is not None:
         out.append("perf: " + perf_line(ev.perf) + (" (quick)" if ev.quick else ""))
     if ev.reference is not None:
@@ -209,6 +260,12 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
         rows.append(_run_row("poison run", ev.correctness.poison, ev.correctness.poison_enabled))
     if ev.coverage is not None:
         rows.append(_coverage_row(ev.coverage))
+    if ev.sanitizer is not None:
+        s = ev.sanitizer
+        rows.append(Row(SANITIZER, _sanitizer_line(s), "warn" if not s.measured else "bad" if s.reads else "ok"))
+    if ev.read_sites:
+        missed = any(not s.executed for s in ev.read_sites)
+        rows.append(Row(READ_SITES, _read_sites_line(ev.read_sites), "warn" if missed else "ok"))
     if ev.perf is not None:
         rows.append(_perf_row(ev.perf))
     if ev.reference is not None:

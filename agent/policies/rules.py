@@ -1,9 +1,10 @@
 """`rules`: the offline policy. Real work with no API key, through the same tools as an LLM.
 
 It reads the focus files, proposes the analyzers' zeros -> empty rewrites, and lets the
-checks decide: a batch that fails the (poisoned) tests is split until every rejected edit
-is isolated with the failure it caused. What survives is kept only if it is measurably
-faster. It reads the checks' structured evaluation (run_checks' tool result `data`), never
+checks decide. Evidence first: an edit whose buffer the sanitizer saw read before it was
+written, or whose read sites no test runs, is rejected by name; a batch that fails without
+naming its culprit is split until every rejected edit is isolated with the failure it caused.
+What survives is kept only if it is measurably faster. It reads the checks' structured evaluation (run_checks' tool result `data`), never
 their text. The policy is written as a generator: each `yield` is one turn (a list of tool calls,
 as an LLM may make several at once) and receives their results, so the trajectory reads like
 any other agent's.
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator
 
 from agent.analyzers import Finding, analyze_source, apply_rewrites
 from agent.analyzers.findings import ZERO_INIT
 from agent.checks.evaluation import Evaluation
-from agent.checks.render import perf_line
+from agent.checks.render import blame, perf_line
 from agent.util.globs import matches_any
 from agent.models.base import Reply, ToolCall, Usage
 from agent.task import Task
@@ -49,6 +50,10 @@ class CheckVerdict:
     failure: str  # the first failing test, else the failing mode or the first reason
     faster: bool = False
     perf_line: str = ""
+    # "path:line" of an allocation -> the evidence against making it uninitialised (a read before any
+    # write, or a read site no test runs): names the culprit without splitting the group.
+    blamed: dict[str, str] = field(default_factory=dict)
+    sanitized: bool = False  # the sanitizer watched the poisoned run
 
 
 def check_verdict(result: ToolOutput) -> CheckVerdict:
@@ -59,7 +64,8 @@ def check_verdict(result: ToolOutput) -> CheckVerdict:
     ev = Evaluation.model_validate(data)
     perf = ev.perf
     return CheckVerdict(ev.verdict == "pass", _first_failure(ev), perf is not None and perf.verdict == "faster",
-                        perf_line(perf) if perf is not None else "")
+                        perf_line(perf) if perf is not None else "", blame(ev),
+                        ev.sanitizer is not None and ev.sanitizer.measured)
 
 
 def _first_failure(ev: Evaluation) -> str:
@@ -124,9 +130,12 @@ class RulesPolicy:
                     writes.append(self._call("write_file", path=path, content=new))
                     state[path] = new
             results = yield [*writes, self._call("run_checks", perf=perf)]
-            return check_verdict(results[-1])
+            verdict = check_verdict(results[-1])
+            sanitized["yes"] = sanitized["yes"] and verdict.sanitized
+            return verdict
 
         tally = {"failed": 0, "settled": 0}  # edits rejected / edits decided so far
+        sanitized = {"yes": True}  # every check so far was watched by the sanitizer
 
         def search(edits: list[Finding], kept: list[Finding], failed: CheckVerdict | None = None) -> Script:
             """Largest passing subset of `edits` on top of `kept`, by adaptive group testing: halve a
@@ -140,6 +149,13 @@ class RulesPolicy:
                 if verdict.passed:
                     tally["settled"] += len(edits)
                     return edits
+            blamed = [e for e in edits if f"{e.path}:{e.line}" in verdict.blamed]
+            if blamed:  # the evidence names them: reject those, test the rest again
+                for e in blamed:
+                    decisions.append(Decision(e, False, verdict.blamed[f"{e.path}:{e.line}"]))
+                tally["failed"] += len(blamed)
+                tally["settled"] += len(blamed)
+                return (yield from search([e for e in edits if e not in blamed], kept))
             if len(edits) == 1:
                 tally["failed"] += 1
                 tally["settled"] += 1
@@ -156,16 +172,13 @@ class RulesPolicy:
             right = yield from search(edits[half:], kept + left, failed=verdict if len(left) == half else None)
             return left + right
 
-        static_safe = [f for f in candidates if f.safe_to_rewrite]
-        hazardous = [f for f in candidates if not f.safe_to_rewrite]
-        kept = yield from search(static_safe, [])
-        for f in hazardous:  # confirm each static hazard by the checks, naming what read it
-            alone = yield from search([f], kept)
-            if alone:
-                kept += alone
-            else:
-                decisions[-1].reason += f" (static hazard: {f.hazard})"
-        decisions += [Decision(f, True, "passes the poisoned tests") for f in kept]
+        kept = yield from search(candidates, [])
+        for d in decisions:  # what the analyzers suspected, beside what the checks found
+            if d.finding.hazard:
+                d.reason += f" (static hazard: {d.finding.hazard})"
+        evidence = ("no read before a write (sanitizer) and every read site run; passes the poisoned tests"
+                    if sanitized["yes"] else "passes the poisoned tests")
+        decisions += [Decision(f, True, evidence) for f in kept]
 
         if not kept:
             summary = _summary(decisions, others, "every candidate failed the checks; no change made")

@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 
 from agent.analyzers import (RULES, AnalyzerConfig, Finding, RewriteError, analyze_paths, analyze_source,
-                             apply_rewrites, findings_json, findings_table, fix_paths)
+                             apply_rewrites, findings_json, findings_table)
 
 MARKER_RULES = {
     "zero": "zero-init-buffer",
@@ -49,8 +49,10 @@ class Backend:
             (max_bs, max_pages), dtype=torch.int32, device=self.device
         )
         self.positions = torch.full((max_bs,), 0, device=self.device)  # <zero:positions>
+        self.positions.copy_(torch.arange(max_bs, device=self.device))
         self.acc = torch.zeros(4, device=self.device)  # <zero:acc>
         self.scale = self.page_table.new_zeros((max_bs,), dtype=torch.float32)  # <zero:scale>
+        self.scale.fill_(1.0)
 
     def replay(self, bs, seq_lens, page_table):
         cu = self.meta["cu_seqlens_k"]
@@ -58,7 +60,6 @@ class Backend:
         self.meta["cache_seqlens"][:bs].copy_(seq_lens)
         self.page_table[:bs].copy_(page_table)
         self.positions[:bs].copy_(seq_lens - 1)
-        self.scale.fill_(1.0)
         self.acc += seq_lens.float().sum()  # <prefix:acc>
         return torch.arange(bs, device=self.device)  # <alloc:arange>
 
@@ -137,9 +138,12 @@ def test_hazards_link_prefix_and_accumulate_writes_to_their_buffers():
     acc = zero[m[("zero-init-buffer", "acc")]]
     assert not acc.safe_to_rewrite and "accumulates" in acc.hazard
     assert f"pkg/traps.py:{m[('buffer-prefix-zero', 'acc')]}" in acc.hazard
-    for name in ("cache_seqlens", "page_table", "positions", "scale"):
+    for name in ("positions", "scale"):  # overwritten in full on the next line, before any use
         f = zero[m[("zero-init-buffer", name)]]
-        assert f.safe_to_rewrite and f.hazard is None, name
+        assert f.safe_to_rewrite and f.hazard is None and "overwrites it first" in f.message, name
+    for name in ("cache_seqlens", "page_table"):  # `[:bs].copy_` in replay: a partial write, elsewhere
+        f = zero[m[("zero-init-buffer", name)]]
+        assert not f.safe_to_rewrite and "only partial" in f.hazard and "replay" in f.hazard, name
     prefix = by_line(findings, "buffer-prefix-zero")[m[("buffer-prefix-zero", "cu")]]
     assert "keep it zero-filled" in prefix.message and f"line {cu.line}" in prefix.message
 
@@ -198,10 +202,14 @@ def test_aliases_helpers_branches_and_containers_are_resolved():
                          "counts", "self.mask"}
     # a write through a helper's parameter (and out=) reaches the caller's buffer
     assert f"alias.py:{m[('buffer-prefix-zero', 'out')]}" in zero['self.bufs["cu"]'].hazard
-    assert zero['self.bufs["lens"]'].safe_to_rewrite
+    # written in full, but only by another method: capture or warm-up may read it first
+    lens = zero['self.bufs["lens"]']
+    assert not lens.safe_to_rewrite and "written in full only in `_fill`" in lens.hazard
     # `md` is rebound in two branches: only the branch that skips element 0 taints its buffer,
-    # both directly and through the metadata object stored in self.graphs[bs]
-    assert zero['self.decode["cu"]'].safe_to_rewrite
+    # both directly and through the metadata object stored in self.graphs[bs]; the other branch
+    # writes a `[: bs + 1]` view of it, which is not the whole buffer
+    decode = zero['self.decode["cu"]']
+    assert not decode.safe_to_rewrite and "only partial" in decode.hazard and "element 0" not in decode.hazard
     verify = zero['self.verify["cu"]'].hazard
     assert f"alias.py:{m[('buffer-prefix-zero', 'verify')]}" in verify
     assert f"alias.py:{m[('buffer-prefix-zero', 'replay')]}" in verify
@@ -268,7 +276,7 @@ class Runner:
     assert "read by `capture`, which `__init__` calls" in zero["self.idx"].hazard
     assert "r.py:12" in zero["self.idx"].hazard
     assert "no write" in zero["self.table"].hazard
-    assert zero["self.out"].safe_to_rewrite
+    assert not zero["self.out"].safe_to_rewrite and "written in full only in `capture`" in zero["self.out"].hazard
 
 
 def test_keys_are_unique_and_survive_unrelated_edits():
@@ -362,20 +370,6 @@ def test_rewrites_apply_by_key_after_the_file_moved_and_reject_stale_findings():
     stale = dataclasses.replace(findings[0], key="a/traps.py::f::nothing", line=1)
     with pytest.raises(RewriteError):
         apply_rewrites(TRAPS, [stale])
-
-
-def test_fix_paths_rewrites_only_safe_findings_on_disk(tmp_path: Path):
-    (tmp_path / "pkg").mkdir()
-    target = tmp_path / "pkg" / "traps.py"
-    target.write_text(TRAPS)
-    findings = analyze_paths([tmp_path], root=tmp_path)
-    counts = fix_paths(findings, tmp_path)
-    assert counts == {"pkg/traps.py": 4}
-    text = target.read_text()
-    assert 'torch.zeros(max_bs + 1' in text and "self.acc = torch.zeros(4" in text  # hazards kept
-    assert fix_paths(analyze_paths([tmp_path], root=tmp_path), tmp_path) == {}  # idempotent
-    assert fix_paths(analyze_paths([tmp_path], root=tmp_path), tmp_path, include_unsafe=True) == {"pkg/traps.py": 2}
-    run_module(target.read_text())["Backend"](2, 2)
 
 
 # --------------------------------------------------------------------------- other rules
@@ -520,8 +514,8 @@ def test_unified_diff_of_a_single_rewrite_is_one_line():
     zero = [f for f in analyze_source(TRAPS, "t.py") if f.rule == "zero-init-buffer" and f.safe_to_rewrite]
     diff = list(difflib.unified_diff(TRAPS.splitlines(), apply_rewrites(TRAPS, zero[:1]).splitlines(), lineterm="", n=0))
     assert [d for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
-        '-            "cache_seqlens": torch.zeros(max_bs, dtype=torch.int32, device=self.device),  # <zero:cache_seqlens>',
-        '+            "cache_seqlens": torch.empty(max_bs, dtype=torch.int32, device=self.device),  # <zero:cache_seqlens>',
+        '-        self.positions = torch.full((max_bs,), 0, device=self.device)  # <zero:positions>',
+        '+        self.positions = torch.empty((max_bs,), dtype=torch.int64, device=self.device)  # <zero:positions>',
     ]
 
 
@@ -556,3 +550,137 @@ def test_lint_finds_every_planted_inefficiency_in_target_repo():
     for patch in patches:
         removed = _removed_lines(patch.read_text())
         assert removed & flagged, f"no lint finding on any line {patch.name} rewrites"
+
+
+# -- honest labels: each false positive seen on real code, and what counts as proof ------------
+
+def _zero(source: str) -> dict[str, Finding]:
+    return {f.key.split("::")[-1]: f for f in analyze_source(source, "h.py", rules={"zero-init-buffer"})}
+
+
+def test_safe_only_with_a_full_overwrite_straight_after_the_allocation():
+    source = '''\
+import torch
+
+
+class Runner:
+    def __init__(self, n, x, flag):
+        self.whole = torch.zeros(n)
+        self.whole.copy_(x)
+        self.part = torch.zeros(n)
+        self.part[:2].copy_(x[:2])
+        self.row = torch.zeros(n, 4)
+        self.row[0] = x
+        self.cols = torch.zeros(n, 4)
+        self.cols[:, :2] = 1.0
+        view = torch.zeros(n)
+        head = view[:2]
+        head.copy_(x[:2])
+        self.branch = torch.zeros(n)
+        if flag:
+            self.branch.copy_(x)
+        self.called = torch.zeros(n)
+        self.warm()
+        self.called.copy_(x)
+        self.read_first = torch.zeros(n)
+        y = self.read_first.sum()
+        self.read_first.copy_(x)
+        self.later = torch.zeros(n)
+
+    def warm(self):
+        return self.called.sum()
+
+    def replay(self, x):
+        self.later.copy_(x)
+'''
+    zero = _zero(source)
+    assert [k for k, f in zero.items() if f.safe_to_rewrite] == ["self.whole"]
+    for key in ("self.part", "self.row", "self.cols", "view"):
+        assert "only partial" in zero[key].hazard, key
+    assert "not straight after" in zero["self.branch"].hazard
+    assert "not straight after" in zero["self.called"].hazard
+    assert "not straight after" in zero["self.read_first"].hazard
+    assert "written in full only in `replay`" in zero["self.later"].hazard
+
+
+def test_a_head_written_just_before_is_not_a_prefix_hazard():
+    source = '''\
+import torch
+
+
+def build(n, lens, flag):
+    a = torch.empty(n + 1)
+    a[:1] = 0
+    a[1:].copy_(torch.cumsum(lens, 0))
+    b = torch.empty(n + 1, dtype=torch.int32)
+    b[0] = 0
+    b[1:n + 1] = torch.cumsum(lens, 0)
+    c = torch.empty(n + 2)
+    c[:1] = 0
+    c[2:].copy_(lens)  # <prefix:too-short>
+    d = torch.empty(n + 1)
+    if flag:
+        d[0] = 0
+    d[1:].copy_(lens)  # <prefix:conditional>
+    return a, b, c, d
+'''
+    findings = analyze_source(source, "p.py", rules={"buffer-prefix-zero"})
+    assert {f.line for f in findings} == set(markers(source).values())
+
+
+def test_host_sync_ignores_cpu_tensors_numpy_arrays_and_python_ints():
+    source = '''\
+import numpy as np
+import torch
+
+
+class Runner:
+    def __init__(self, n):
+        self.host_lens = torch.zeros(n, dtype=torch.int32, device="cpu", pin_memory=True)
+        self.dev_lens = torch.zeros(n, dtype=torch.int32, device="cuda")
+
+    def forward(self, x: torch.Tensor, seqs):
+        n = len(seqs)
+        a = int(n)
+        arr = np.zeros(n, dtype=np.int64)
+        b = arr.tolist()
+        c = int(arr.max())
+        t = torch.tensor([s.len for s in seqs])
+        d = t.tolist()
+        e = self.host_lens[:n].numpy()
+        f = torch.from_numpy(arr).max().item()
+        g = self.dev_lens[:n].tolist()  # <sync:dev>
+        h = x.sum().item()  # <sync:item>
+        return a, b, c, d, e, f, g, h
+'''
+    findings = analyze_source(source, "s.py", rules={"host-device-sync"})
+    assert {f.line for f in findings} == set(markers(source).values())
+
+
+def test_capture_warmup_and_cache_growth_are_not_per_step():
+    source = '''\
+import torch
+
+
+class Backend:
+    def init_forward_metadata(self, batch):
+        if batch.n > self.capacity:
+            self._grow(batch.n)
+        return batch.lens.max().item()  # <sync:step>
+
+    def _grow(self, n):
+        self.capacity = int(self.lens.max().item())
+        self.buf = torch.empty(n, device="cuda")
+
+    def init_forward_metadata_capture_cuda_graph(self, bs, seq_lens):
+        self.max_len = seq_lens.max().item()
+        self._capture_helper(seq_lens)
+
+    def _capture_helper(self, seq_lens):
+        return torch.arange(seq_lens.numel(), device=seq_lens.device)
+
+    def init_forward_metadata_replay_cuda_graph(self, bs, seq_lens):
+        return torch.arange(bs, device=seq_lens.device)  # <alloc:replay>
+'''
+    findings = analyze_source(source, "c.py", rules={"host-device-sync", "per-step-alloc"})
+    assert {(f.rule, f.line) for f in findings} == {(r, line) for (r, _), line in markers(source).items()}

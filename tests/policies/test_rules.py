@@ -7,6 +7,7 @@ import json
 import pytest
 
 from agent.checks import CommandRun, Correctness, Evaluation, PerfResult
+from agent.checks.evaluation import ReadSiteResult, SanitizerResult, UninitRead
 from agent.models.pricing import load_prices
 from agent.policies.rules import ToolOutput, check_verdict
 from agent.run.runner import run_task
@@ -125,6 +126,20 @@ def test_check_verdict_names_the_failing_mode_without_a_test_id():
     assert not check_verdict(ToolOutput("verdict: pass", True)).passed
 
 
+def test_check_verdict_blames_the_buffers_the_evidence_names():
+    plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=1.0)
+    read = UninitRead(buffer="mini/state.py:14", code="x = torch.empty(n)", op="aten.sum.default",
+                      at="mini/state.py:20 (warmup)", tests=["tests/test_state.py::test_warmup"])
+    site = ReadSiteResult(buffer="mini/state.py:15", line=30, function="State.decode", guard="self.use_mla")
+    ev = Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=plain),
+                    sanitizer=SanitizerResult(reads=[read]), read_sites=[site])
+    v = check_verdict(checks_result(ev))
+    assert v.sanitized and set(v.blamed) == {"mini/state.py:14", "mini/state.py:15"}
+    assert v.blamed["mini/state.py:14"].startswith("read before written: read by aten.sum.default at mini/state.py:20")
+    assert "tests/test_state.py::test_warmup" in v.blamed["mini/state.py:14"]
+    assert v.blamed["mini/state.py:15"] == "read at line 30 in State.decode, when self.use_mla: no test runs it"
+
+
 @pytest.mark.slow
 def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     make_repo(tmp_path / "src", {"mini/__init__.py": "", "mini/state.py": STATE, "tests/test_state.py": TESTS,
@@ -145,8 +160,10 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     # each unsafe buffer is rejected, with the test that read its uninitialised memory
     assert "rejected" in summary and "kept" in summary
     for line in summary.splitlines():
-        if line.startswith("- rejected") and "mask" in line:
-            assert "test_warmup_before_fill" in line
+        if line.startswith("- rejected") and "mask" in line:  # named by the sanitizer's record, not by halving
+            assert "read before written" in line and "test_warmup_before_fill" in line
+        if line.startswith("- kept"):
+            assert "no read before a write (sanitizer)" in line
         if line.startswith("- rejected") and ("total" in line or "offsets" in line):
             assert "test_fill" in line and "static hazard" in line
     assert sum(line.startswith("- rejected") for line in summary.splitlines()) == 3

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..context import ModuleContext, is_cpu_device, is_literal_true, kwarg, method_name, positional, shorten
+from ..context import ModuleContext, is_literal_true, kwarg, method_name, positional, shorten
+from ..facts import is_cpu_device
 from ..findings import PER_STEP_ALLOC, TENSOR_FROM_LIST
 from ..tensors import TensorVisitor
 

@@ -1,10 +1,11 @@
 """zero-init-buffer and buffer-prefix-zero: which zero-filled buffers could be `torch.empty`.
 
-Every zero-filled allocation bound inside a function is reported (flow.py finds them). One
-reached by a write that relies on its initial contents (flow.py: skipped prefix,
-accumulation, sparse write), or reached by no write at all in the module, keeps its finding
-but gets a `hazard` and `safe_to_rewrite=False`; the write itself is reported as buffer-prefix-zero, and called a
-likely bug when the buffer it reaches is already uninitialised (`torch.empty`).
+Every zero-filled allocation bound inside a function is reported (flow.py finds them). It is
+`safe_to_rewrite` only with a proof (dominance.py): a full overwrite straight after the
+allocation, in the same function, before any use. Without one it keeps its finding with a
+`hazard` naming what is unknown, a candidate for the poison-memory check. A write that relies
+on the initial contents (skipped prefix, accumulation, sparse write) is also reported as
+buffer-prefix-zero, and called a likely bug when the buffer it reaches is uninitialised.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ..context import ModuleContext, shorten
-from ..facts import reachable
+from ..dominance import covering_write, unknown
 from ..flow import Alloc, BufferFacts, FlowVisitor, Write, collect
 from ..findings import PREFIX_ZERO, ZERO_INIT, Finding
 
@@ -39,12 +40,17 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
     for j, a in enumerate(facts.allocs):
         if not a.factory.zero or a.function is None:
             continue  # module-level allocations run once; only buffers inside functions are reported
-        found = list(hazards[j]) + _unwritten(ctx, a, uses[j])
+        found = list(hazards[j])
         if a.factory.grad:
             found.append("requires_grad=True: a leaf tensor whose initial zeros are its value")
+        proof = None if found else covering_write(ctx, a, uses[j])
+        if not found and proof is None:
+            found.append(unknown(ctx, a, uses[j]))
         empty = f"{a.factory.name.rsplit('.', 1)[0]}.{a.factory.new_attr}" if a.factory.new_attr else "torch.empty"
         message = (f"`{a.factory.name}` zero-fills `{a.target}`; if every element is written before it is "
                    f"read, `{empty}` skips the memset")
+        if proof is not None:
+            message += f" (it is: `{shorten(ctx.code(proof.node), 80)}` on line {ctx.start(proof.node)[0]} overwrites it first)"
         f = ctx.finding(ZERO_INIT, a.call, message, a.function, a.target, fixable=a.factory.fixable, safe=True,
                         hazard="; ".join(found) or None)
         seen[f.key] += 1
@@ -91,23 +97,6 @@ def _write_finding(ctx: ModuleContext, w: Write, linked: list[Alloc]) -> Finding
                 parts.append(f"but `{a.target}` is uninitialised `{a.factory.name}` (line {line}): it reads garbage")
         message = f"`{code}` {reason}; " + "; ".join(parts)
     return ctx.finding(PREFIX_ZERO, w.node, message, w.function, w.target)
-
-
-def _unwritten(ctx: ModuleContext, a: Alloc, uses: list[Write]) -> list[str]:
-    """Reads nothing writes first: no write anywhere in the module, or a read in the setup
-    chain that allocates it (`__init__` -> `capture` -> reads) with no write in that chain."""
-    writes = [w for w in uses if w.kind != "read"]
-    if not writes:
-        return ["no write to it was found in this module: whoever reads it may rely on its zeros"]
-    chain = reachable(ctx.facts.calls, [a.function]) if a.function else frozenset()
-    if any(w.function in chain for w in writes):
-        return []
-    early = [w for w in uses if w.kind == "read" and w.function in chain and w.function != a.function]
-    if not early:
-        return []
-    w = early[0]
-    return [f"read by `{w.function}`, which `{a.function}` calls, before anything in that call chain writes it: "
-            f"`{shorten(ctx.code(w.node))}` at {ctx.path}:{ctx.start(w.node)[0]}"]
 
 
 def _hazard_text(ctx: ModuleContext, w: Write) -> str:

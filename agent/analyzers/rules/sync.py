@@ -4,15 +4,18 @@ Flags `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, `.to("cpu")`, `bool/int/floa
 likely tensor (tensors.py), and `if`/`while`/`assert` tests that call bool() on a tensor,
 but only in per-step code (context.ScopedVisitor: per-step functions and their callees in
 the module, loop and comprehension bodies outside one-time setup).
-Receivers named like host data (`seq_lens_cpu`, `x_host`) are skipped. No rewrite: the fix
-is a design change (keep a host copy, or keep the value on the device).
+Receivers named like host data (`seq_lens_cpu`, `x_host`) or known to be on the host
+(`TensorVisitor.is_host`: CPU tensors made from Python, NumPy arrays, Python numbers) are
+skipped. No rewrite: the fix is a design change (keep a host copy, or keep the value on the
+device).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from ..context import ModuleContext, is_cpu_device, kwarg, method_name, positional, shorten
+from ..context import ModuleContext, kwarg, method_name, positional, shorten
+from ..facts import is_cpu_device
 from ..findings import HOST_SYNC
 from ..tensors import TensorVisitor, host_named
 
@@ -40,13 +43,15 @@ class SyncRule(TensorVisitor):
         if not self.per_step:
             return
         method = method_name(node)
-        if method in _SYNC_METHODS and not host_named(node.func.value, self.ctx):  # type: ignore[attr-defined]
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        on_host = receiver is not None and (host_named(receiver, self.ctx) or self.is_host(receiver))
+        if method in _SYNC_METHODS and not on_host:
             self._flag(node, _SYNC_METHODS[method])
-        elif method == "to" and _to_cpu(node) and not host_named(node.func.value, self.ctx):  # type: ignore[attr-defined]
+        elif method == "to" and _to_cpu(node) and not on_host:
             self._flag(node, "copies the tensor to the host")
         elif isinstance(node.func, cst.Name) and node.func.value in _CONVERTERS and len(node.args) == 1:
             arg = positional(node, 0)
-            if arg is not None and self.likely_tensor(arg.value) and not host_named(arg.value, self.ctx):
+            if arg is not None and self.on_device(arg.value) and not host_named(arg.value, self.ctx):
                 self._flag(node, f"`{node.func.value}()` of a tensor reads it on the host")
 
     def _test(self, test: cst.BaseExpression) -> None:
@@ -60,7 +65,7 @@ class SyncRule(TensorVisitor):
             return self._bool_of_tensor(test.expression)
         if isinstance(test, cst.Call) and method_name(test) in _SYNC_METHODS:
             return False  # already reported as a call
-        return self.likely_tensor(test) and not host_named(test, self.ctx)
+        return self.on_device(test) and not host_named(test, self.ctx)
 
     def visit_If(self, node: cst.If) -> None:
         self._test(node.test)

@@ -14,6 +14,7 @@ or `M passed` (exit 0).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -38,6 +39,7 @@ def main(argv: list[str]) -> int:
     failed, passed = [], 0
     t0 = time.perf_counter()
     for spec in specs:
+        os.environ["PERFAGENT_TEST"] = spec.name  # names the mode in perfagent's sanitizer report
         sgl_world.CONTEXT.clear()
         TAPE.mode = None
         try:

@@ -1,0 +1,360 @@
+"""perfagent's uninitialised-read sanitizer, copied beside the check hook as `perfagent_sanitize.py`
+and started by it (in the poisoned test run) when PERFAGENT_SANITIZE=<folder> is set.
+
+Poisoned memory fails a test only when the garbage reaches an assertion; this records the read
+itself. Every tensor allocated uninitialised (`torch.empty`, `empty_like`, `new_empty`,
+`empty_strided`, ...) from a line of the files in <folder>/config.json's "targets" gets a shadow
+mask of its storage's initialised elements. A TorchDispatchMode sees every op: arguments the op
+reads are checked against the mask, arguments it writes (per the op's schema) are marked. Ops
+outside aten, and the functions named in "kernels" (opaque kernels), count every tensor argument
+as read. Each read of uninitialised elements is appended as a JSON line to a file of this
+process's own in <folder>: which buffer (allocation site), which op and argument, how many
+elements, where it was called from, and which test was running (PERFAGENT_TEST, or pytest's
+PYTEST_CURRENT_TEST). Runs in the target's interpreter: standard library and torch only.
+"""
+
+import json
+import os
+import re
+import sys
+import weakref
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPORTERS = re.compile(r"[/\\](_pytest|unittest|pprint|reprlib|traceback)([/\\]|\.py:)")
+_ALLOCATORS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
+# Ops that read only their inputs' metadata (shape, dtype, device), never the values.
+_METADATA = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy", "resize_", "set_", "is_same_size",
+                       "_has_compatible_shallow_copy_type", "record_stream"})
+# In-place ops whose written argument's old values do not matter: they overwrite all of it ...
+_OVERWRITE = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+                        "geometric_", "cauchy_", "log_normal_"})
+# ... or just the elements an index selects (marked by running the same indexing on the mask).
+_PARTIAL = frozenset({"index_put_", "_index_put_impl_", "index_copy_", "index_fill_", "masked_fill_",
+                      "masked_scatter_", "scatter_", "put_"})
+# Ops that copy their data arguments (_DATA) without using the values: as in MSan, the copy inherits
+# which elements are unwritten, and only a later use of them is a read. Their index arguments are used.
+_MOVES = {n: n for n in ("clone", "_to_copy", "index", "index_select", "gather", "cat", "stack", "where",
+                         "constant_pad_nd", "copy_", "index_put_", "index_copy_", "scatter_", "masked_scatter_")}
+_MOVES["_index_put_impl_"] = "index_put_"
+_INPLACE_MOVES = frozenset({"copy_", "index_put_", "index_copy_", "scatter_", "masked_scatter_"})
+_DATA = frozenset({"self", "src", "source", "values", "tensors", "other"})
+
+
+class _Shadow:
+    """Which elements of one tracked storage hold a written value (mask in the allocated dtype's units)."""
+
+    __slots__ = ("storage", "mask", "elem", "site")
+
+    def __init__(self, storage, mask, elem, site):
+        self.storage, self.mask, self.elem, self.site = storage, mask, elem, site
+
+
+def start(folder, after_import):
+    """Install the sanitizer in this process (torch already imported); `after_import(module, then)`
+    comes from the check hook."""
+    import torch
+
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    out = open(os.path.join(folder, "reads.%d.%s" % (os.getpid(), os.urandom(4).hex())), "a", buffering=1)
+    out.write("#started\n")
+    sanitizer = _Sanitizer(torch, frozenset(config["targets"]), out)
+    sanitizer.install(config.get("kernels", []), after_import)
+    return sanitizer
+
+
+def _make_mode(torch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __init__(self, sanitizer):
+            super().__init__()
+            self.sanitizer = sanitizer
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return self.sanitizer.dispatch(func, args, kwargs or {})
+
+    return Mode
+
+
+class _Sanitizer:
+    def __init__(self, torch, targets, out):
+        self.torch = torch
+        self.targets = targets
+        self.out = out
+        self.shadows = {}  # storage data_ptr -> _Shadow
+        self.seen = set()
+        self.schemas = {}
+        self.capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
+        self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+    # -- installation -----------------------------------------------------------------------
+    def install(self, kernels, after_import):
+        torch = self.torch
+        mode = _make_mode(torch)(self)
+        mode.__enter__()  # for the life of the process; a forked child inherits nothing, it starts its own
+        for method in ("tolist", "numpy", "__array__"):  # read the data without dispatching an op
+            self._wrap_method(method)
+        for name in kernels:
+            module, _, attr = name.rpartition(".")
+            after_import(module, lambda m, attr=attr, name=name: self._wrap_kernel(m, attr, name))
+
+    def _wrap_method(self, method):
+        original = getattr(self.torch.Tensor, method)
+
+        def reading(t, *args, **kwargs):
+            self.check_read(t, "Tensor." + method, None)
+            return original(t, *args, **kwargs)
+
+        setattr(self.torch.Tensor, method, reading)
+
+    def _wrap_kernel(self, module, attr, name):
+        original = getattr(module, attr, None)
+        if original is None:
+            self.out.write("#error kernel %s not found\n" % name)
+            return
+
+        def kernel(*args, **kwargs):
+            named = [("#%d" % i, a) for i, a in enumerate(args)] + list(kwargs.items())
+            tensors = [(n, t) for n, a in named for t in _tensors(a, self.torch)]
+            for n, t in tensors:
+                self.check_read(t, "kernel " + name, n)
+            result = original(*args, **kwargs)
+            for _, t in tensors:
+                self.mark(t)
+            return result
+
+        setattr(module, attr, kernel)
+
+    # -- the dispatch mode ------------------------------------------------------------------
+    def dispatch(self, func, args, kwargs):
+        name = func._overloadpacket.__name__
+        if name in _ALLOCATORS:
+            result = func(*args, **kwargs)
+            self.track(result)
+            return result
+        if not self.shadows or name in _METADATA or func.is_view or name.endswith("_like") or name.startswith("new_"):
+            return func(*args, **kwargs)
+        if self.capturing():  # a CUDA graph capture executes nothing, and a mask check would sync
+            return func(*args, **kwargs)
+        written = self._written(func)
+        custom = func.namespace not in ("aten", "prims")
+        accumulate = kwargs.get("accumulate") or (name in ("index_put_", "_index_put_impl_", "put_")
+                                                  and len(args) > 3 and args[3] is True)
+        move = None if custom or accumulate else _MOVES.get(name)
+        overwrites = name in _OVERWRITE or (name in _PARTIAL and not accumulate)
+        arguments = list(self._arguments(func, args, kwargs))
+        for arg, value in arguments:
+            if move is not None and arg in _DATA:
+                continue  # copied, not used: the copy carries the unwritten elements along
+            if custom or arg not in written or not (written[arg] or overwrites):
+                for t in _tensors(value, self.torch):
+                    self.check_read(t, str(func), arg)
+        result = func(*args, **kwargs)
+        if move is not None:
+            self.propagate(move, dict(arguments), result)
+            return result
+        for arg, value in arguments:
+            if arg in written or custom:
+                for t in _tensors(value, self.torch):
+                    if name in _PARTIAL and overwrites and not custom:
+                        self.mark_partial(name, t, args)
+                    else:
+                        self.mark(t)
+        return result
+
+    def _written(self, func):
+        """The arguments the op's schema marks as written: name -> True for `out=` ones (never read)."""
+        cached = self.schemas.get(func)
+        if cached is None:
+            cached = self.schemas[func] = {a.name: a.kwarg_only for a in func._schema.arguments
+                                           if a.alias_info is not None and a.alias_info.is_write}
+        return cached
+
+    @staticmethod
+    def _arguments(func, args, kwargs):
+        for spec, value in zip(func._schema.arguments, args):
+            yield spec.name, value
+        for item in kwargs.items():
+            yield item
+
+    def propagate(self, move, a, result):
+        """A copying op: the same op on the masks says which elements of its output are unwritten
+        (in-place ones write their `self`'s mask; the others give `result` a shadow of its own)."""
+        torch = self.torch
+        sources = [t for n in _DATA if n in a and not (n == "self" and move in _INPLACE_MOVES)
+                   for t in _tensors(a[n], torch)]
+        sites = [sh.site for sh in map(self.shadow, sources) if sh is not None]
+        inplace = move in _INPLACE_MOVES
+        if not sites and not (inplace and self.shadow(a["self"]) is not None):
+            return  # nothing unwritten flows anywhere
+        m, cpu = self._mask_of, _cpu(torch)
+        old = lambda: m(a["self"]).clone()  # noqa: E731  (an indexed write keeps the other elements)
+        if move == "copy_":
+            mask = m(a["src"]).expand(a["self"].shape)
+        elif move == "index_put_":
+            mask = old().index_put_(tuple(None if i is None else cpu(i) for i in a["indices"]), m(a["values"]))
+        elif move == "index_copy_":
+            mask = old().index_copy_(a["dim"], cpu(a["index"]), m(a["source"]))
+        elif move == "scatter_":
+            mask = old().scatter_(a["dim"], cpu(a["index"]), m(a["src"]) if "src" in a else True)
+        elif move == "masked_scatter_":
+            mask = old().masked_scatter_(cpu(a["mask"]), m(a["source"]))
+        elif move == "index":
+            mask = m(a["self"])[tuple(None if i is None else cpu(i) for i in a["indices"])]
+        elif move in ("index_select", "gather"):
+            mask = getattr(m(a["self"]), move)(a["dim"], cpu(a["index"]))
+        elif move in ("cat", "stack"):
+            mask = getattr(torch, move)([m(t) for t in a["tensors"]], a.get("dim", 0))
+        elif move == "where":
+            mask = torch.where(cpu(a["condition"]), m(a["self"]), m(a["other"]))
+        elif move == "constant_pad_nd":
+            mask = torch.nn.functional.pad(m(a["self"]), list(a["pad"]), value=True)
+        else:  # clone, _to_copy
+            mask = m(a["self"]).clone()
+        target = a["self"] if inplace else result
+        if not isinstance(target, torch.Tensor) or mask.shape != target.shape:
+            return
+        sh = self.shadow(target)
+        if sh is None:
+            if bool(mask.all()):
+                return
+            sh = self._new_shadow(target, sites[0], initialised=True)
+        view = self._view(sh, target)
+        if view.shape != target.shape:
+            return
+        view.copy_(mask)
+
+    def _mask_of(self, t):
+        """Which elements of `t` hold written values, in `t`'s shape (all, for an untracked tensor)."""
+        sh = self.shadow(t)
+        if sh is None:
+            return self.torch.ones(t.shape, dtype=self.torch.bool)
+        view = self._view(sh, t)
+        return view if view.shape == t.shape else self.torch.full(t.shape, bool(view.all()), dtype=self.torch.bool)
+
+    # -- shadows ----------------------------------------------------------------------------
+    def track(self, t):
+        if isinstance(t, self.torch.Tensor) and t.numel() > 0:
+            site = self._site()
+            if site is not None:
+                self._new_shadow(t, site, initialised=False)
+
+    def _new_shadow(self, t, site, initialised):
+        storage = t.untyped_storage()
+        elem = t.element_size()
+        mask = self.torch.full((storage.nbytes() // elem,), initialised, dtype=self.torch.bool)
+        sh = self.shadows[storage.data_ptr()] = _Shadow(weakref.ref(storage), mask, elem, site)
+        return sh
+
+    def shadow(self, t):
+        if not isinstance(t, self.torch.Tensor) or t.is_meta:
+            return None
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None
+        key = storage.data_ptr()
+        sh = self.shadows.get(key)
+        if sh is None:
+            return None
+        if sh.storage() is not storage:  # the tracked storage is gone; its address was reused
+            del self.shadows[key]
+            return None
+        return sh
+
+    def _view(self, sh, t):
+        """The mask elements `t` covers, in `t`'s shape when its dtype matches the allocation's."""
+        e = t.element_size()
+        if e == sh.elem:
+            try:
+                return sh.mask.as_strided(t.shape, t.stride(), t.storage_offset())
+            except RuntimeError:
+                pass
+        low = t.storage_offset() * e
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+        return sh.mask[low // sh.elem: -(-(low + span * e) // sh.elem)]
+
+    def check_read(self, t, op, arg):
+        sh = self.shadow(t)
+        if sh is None or t.numel() == 0:
+            return
+        view = self._view(sh, t)
+        if bool(view.all()):
+            return
+        test = os.environ.get("PERFAGENT_TEST") or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        at, via = self._callers()
+        if at is not None and _REPORTERS.search(at):
+            return  # a test runner printing a failure's values: what the code read came first
+        key = (sh.site, op, arg, at, test)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        missing = ~view
+        first = [int(i) for i in missing.nonzero()[0]] if missing.dim() else []
+        self.out.write(json.dumps({"site": sh.site, "op": op, "arg": arg, "uninitialised": int(missing.sum()),
+                                   "of": int(view.numel()), "index": first, "shape": list(t.shape),
+                                   "at": at, "via": via, "test": test or None}) + "\n")
+
+    def mark(self, t):
+        sh = self.shadow(t)
+        if sh is not None:
+            self._view(sh, t).fill_(True)
+
+    def mark_partial(self, name, t, args):
+        sh = self.shadow(t)
+        if sh is None:
+            return
+        view = self._view(sh, t)
+        if view.shape != t.shape:  # a reinterpreted dtype: count the whole view as written
+            view.fill_(True)
+            return
+        cpu = _cpu(self.torch)
+        a = list(args) + [None] * 4
+        if name == "index_fill_":
+            view.index_fill_(a[1], cpu(a[2]), True)
+        elif name == "masked_fill_":
+            view.masked_fill_(cpu(a[1]), True)
+        elif name == "put_":
+            view.put_(cpu(a[1]), self.torch.ones(a[1].shape, dtype=self.torch.bool))
+
+    # -- where ------------------------------------------------------------------------------
+    def _outside(self, filename):
+        return not filename.startswith(self.torch_dir) and not filename.startswith(_HERE) and filename != __file__
+
+    def _site(self):
+        """'file:line' of the innermost caller outside torch and perfagent, if it is a target file."""
+        f = sys._getframe(2)
+        while f is not None and not self._outside(f.f_code.co_filename):
+            f = f.f_back
+        if f is None:
+            return None
+        name = os.path.abspath(f.f_code.co_filename)
+        return "%s:%d" % (name, f.f_lineno) if name in self.targets else None
+
+    def _callers(self):
+        """Where the read happened (innermost frame outside torch), and the innermost frame in a target
+        file above it (the code under test that led there), as 'file:line (function)'."""
+        f, at, via = sys._getframe(2), None, None
+        while f is not None:
+            name = f.f_code.co_filename
+            if self._outside(name):
+                where = "%s:%d (%s)" % (os.path.abspath(name), f.f_lineno, f.f_code.co_name)
+                at = at or where
+                if os.path.abspath(name) in self.targets:
+                    via = where
+                    break
+            f = f.f_back
+        return at, via if via != at else None
+
+
+def _cpu(torch):
+    return lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
+
+
+def _tensors(value, torch):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []

@@ -1,0 +1,233 @@
+"""The uninitialised-read sanitizer: reads of memory nothing wrote are evidence whether or not a test's
+assertion sees the garbage. Driven through real processes with our check hook, and through the Checker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent.checks import Checker
+from agent.checks.correctness import install_hook
+from agent.checks.patchinfo import FileLines
+from agent.checks.sanitizer import collect, prepare
+from agent.task import load_task
+from helpers import make_patch, make_repo
+
+pytest.importorskip("torch")
+
+
+def sanitize(tmp_path: Path, module: str, script: str, kernels: list[str] = (), env: dict | None = None):
+    """Run `script` (which imports mod.py, the tracked file) under the hook; the merged result."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "mod.py").write_text(textwrap.dedent(module))
+    (root / "run.py").write_text(textwrap.dedent(script))
+    hook = install_hook(tmp_path / "hook")
+    folder = prepare(tmp_path / "reads", root, ["mod.py"], list(kernels))
+    full = {**os.environ, "PYTHONPATH": f"{hook}:{root}", "PERFAGENT_POISON": "1",
+            "PERFAGENT_SANITIZE": str(folder), **(env or {})}
+    res = subprocess.run([sys.executable, "run.py"], cwd=root, env=full, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = sum(1 for _ in (root / "mod.py").read_text().splitlines())
+    return collect(folder, root, [FileLines("mod.py", list(range(1, lines + 1)))])
+
+
+def by_line(result) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for r in result.reads:
+        out.setdefault(int(r.buffer.rsplit(":", 1)[1]), []).append(r)
+    return out
+
+
+MODULE = """\
+import torch
+
+def alloc(n):
+    return {
+        "cu": torch.empty(n + 1, dtype=torch.int32),   # line 5: element 0 never written
+        "lens": torch.empty(n, dtype=torch.int32),     # line 6: written whole before it is read
+        "acc": torch.empty(n),                         # line 7: accumulated into
+        "pt": torch.empty(n, 4, dtype=torch.int32),    # line 8: only column 0 written (index_put_)
+        "copied": torch.empty(n, dtype=torch.int32),   # line 9: gathered, the copy never used
+        "used": torch.empty(n, dtype=torch.int32),     # line 10: gathered, the copy used
+        "out": torch.empty(n),                         # line 11: written by an out= op
+        "masked": torch.empty(n),                      # line 12: masked_fill_ on half, then read whole
+    }
+
+def step(b, lens):
+    n = lens.numel()
+    b["lens"].copy_(lens)
+    b["cu"][1:].copy_(torch.cumsum(lens, 0))
+    b["acc"] += 1
+    b["pt"][torch.arange(n), 0] = 7
+    torch.cumsum(lens.float(), 0, out=b["out"])
+    b["masked"].masked_fill_(torch.arange(n) < n // 2, 0.0)
+    gathered = b["copied"][torch.zeros(n, dtype=torch.long)]
+    used = b["used"][torch.zeros(n, dtype=torch.long)].clone()
+    return int(b["cu"].sum()), int(b["lens"].sum()), int(b["pt"][:, 0].sum()), float(b["out"].sum()), \\
+        int(used.max()), float(b["masked"].sum())
+"""
+
+
+def test_each_read_of_unwritten_elements_is_recorded_with_its_op_and_elements(tmp_path):
+    result = sanitize(tmp_path, MODULE, """\
+        import os, torch, mod
+        os.environ["PERFAGENT_TEST"] = "mode-a"
+        b = mod.alloc(4)
+        mod.step(b, torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+    """)
+    assert result.measured and not result.elsewhere
+    reads = by_line(result)
+    assert set(reads) == {5, 7, 10, 12}, reads  # not lens, pt[:, 0], the unused copy, or the out= buffer
+    cu = reads[5][0]
+    assert cu.op == "aten.sum.default" and (cu.uninitialised, cu.elements, cu.index) == (1, 5, [0])
+    assert cu.tests == ["mode-a"] and cu.at.startswith("mod.py:") and "(step)" in cu.at
+    assert cu.code == '"cu": torch.empty(n + 1, dtype=torch.int32),   # line 5: element 0 never written'
+    assert reads[7][0].op == "aten.add_.Tensor" and reads[7][0].uninitialised == 4
+    used = reads[10][0]  # the copy carries its source's unwritten elements to where it is used
+    assert used.op == "aten.max.default" and used.uninitialised == 4
+    assert reads[12][0].uninitialised == 2 and reads[12][0].elements == 4
+
+
+def test_data_read_without_an_op_and_pytest_names_the_test(tmp_path):
+    """tolist() reads the data without dispatching an op; pytest's PYTEST_CURRENT_TEST names the test."""
+    result = sanitize(tmp_path, """\
+        import torch
+        def alloc():
+            return torch.empty(3, dtype=torch.int32)
+    """, """\
+        import os, mod
+        os.environ["PYTEST_CURRENT_TEST"] = "tests/test_x.py::test_lists (call)"
+        print(mod.alloc().tolist())
+    """)
+    (read,) = result.reads
+    assert read.op == "Tensor.tolist" and read.tests == ["tests/test_x.py::test_lists"]
+
+
+def test_a_named_kernel_reads_every_tensor_it_is_handed(tmp_path):
+    """Opaque kernels (here a Python function that looks at nothing) count every tensor argument as
+    read; the same call is not a read when the task does not name it."""
+    (tmp_path / "k").mkdir()
+    module = """\
+        import torch
+        import kern
+
+        def run():
+            scratch = torch.empty(8)
+            kern.launch(scratch, out=torch.zeros(2))
+    """
+    script = "import sys; sys.path.insert(0, %r); import mod; mod.run()\n" % str(tmp_path / "k")
+    (tmp_path / "k" / "kern.py").write_text("def launch(*tensors, out=None):\n    return None\n")
+    named = sanitize(tmp_path, module, script, kernels=["kern.launch"])
+    (read,) = named.reads
+    assert read.op == "kernel kern.launch" and read.argument == "#0" and read.uninitialised == 8
+    other = tmp_path / "again"
+    other.mkdir()
+    (other / "k").mkdir()
+    (other / "k" / "kern.py").write_text((tmp_path / "k" / "kern.py").read_text())
+    script = script.replace(str(tmp_path / "k"), str(other / "k"))
+    assert sanitize(other, module, script).reads == []
+
+
+def test_allocations_outside_the_tracked_files_are_not_watched(tmp_path):
+    result = sanitize(tmp_path, "import torch\n", """\
+        import torch, mod
+        x = torch.empty(4)
+        print(float(x.sum()))
+    """)
+    assert result.measured and result.reads == [] and result.elsewhere == []
+
+
+def test_no_torch_means_not_measured(tmp_path):
+    result = sanitize(tmp_path, "X = 1\n", "import mod\n")
+    assert not result.measured and "imported torch" in result.note
+
+
+# -- through the Checker ---------------------------------------------------------------------------
+BACKEND = """\
+import torch
+
+
+class Backend:
+    def init_graph_state(self, max_bs):
+        self.meta = {
+            "lens": torch.zeros(max_bs, dtype=torch.int32),
+            "cu": torch.zeros(max_bs + 1, dtype=torch.int32),
+        }
+        self.out = torch.empty(max_bs)
+
+    def capture(self, bs):
+        # warm-up before any replay: the prefix sum is computed from whatever `lens` holds, then thrown away
+        self.warm = torch.cumsum(self.meta["lens"][:bs], 0)
+        self.out.copy_(self.warm.float())
+
+    def replay(self, lens):
+        bs = lens.numel()
+        self.meta["lens"][:bs].copy_(lens)
+        self.meta["cu"][1 : bs + 1].copy_(torch.cumsum(lens, 0))
+        return self.meta["cu"][: bs + 1]
+"""
+TEST = """\
+import torch
+from pkg.backend import Backend
+
+
+def test_replay_gives_prefix_sums():
+    b = Backend()
+    b.init_graph_state(4)
+    b.capture(4)
+    assert b.replay(torch.tensor([1, 2, 3], dtype=torch.int32))[1:].tolist() == [1, 3, 6]
+"""
+LENS = {"pkg/backend.py": ('"lens": torch.zeros(max_bs', '"lens": torch.empty(max_bs')}
+
+
+def checker_task(tmp_path: Path, extra: str = "") -> tuple:
+    src = tmp_path / "src"
+    make_repo(src, {"pkg/__init__.py": "", "pkg/backend.py": BACKEND, "tests/test_backend.py": TEST})
+    toml = tmp_path / "task.toml"
+    toml.write_text(f'id = "graphs"\nrepo = "{src}"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    f'[correctness]\ncommand = "python -m pytest -q -p no:cacheprovider tests"\n{extra}')
+    return load_task(toml), src
+
+
+def test_a_read_no_assertion_sees_fails_the_check(tmp_path):
+    """Poisoned `lens` reaches no assertion (capture's result is discarded), so the poisoned tests pass;
+    the sanitizer's record of the read is what fails the patch."""
+    task, src = checker_task(tmp_path)
+    patch = make_patch(src, tmp_path, LENS)
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(patch, perf=False)
+    assert ev.correctness.plain.passed and ev.correctness.poison.passed
+    assert ev.verdict == "fail", ev.reasons
+    (read,) = ev.sanitizer.reads
+    assert read.buffer == "pkg/backend.py:7" and read.op == "aten.cumsum.default"
+    assert read.tests == ["tests/test_backend.py::test_replay_gives_prefix_sums"]
+    assert read.at == "pkg/backend.py:14 (capture)"
+    assert "read before they are written (sanitizer)" in ev.reasons[0] and "pkg/backend.py:7" in ev.reasons[0]
+    assert ev.sanitizer.elsewhere == []  # self.out is uninitialised at base, and written before it is read
+
+
+def test_a_buffer_written_before_every_read_passes_and_the_task_can_turn_it_off(tmp_path):
+    task, src = checker_task(tmp_path)
+    cu = {"pkg/backend.py": ('"cu": torch.zeros(max_bs + 1', '"cu": torch.empty(max_bs + 1')}
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(make_patch(src, tmp_path, cu), perf=False)
+    # cu[0] is never written, but nothing reads cu[0] here: replay returns a view, the test reads [1:]
+    assert ev.verdict == "pass" and ev.sanitizer.measured and ev.sanitizer.reads == []
+    off, src = checker_task(tmp_path / "off", extra="sanitize = false\n")
+    with Checker(off, tmp_path / "off" / "work") as checker:
+        ev = checker.evaluate(make_patch(src, tmp_path / "off", LENS), perf=False)
+    assert ev.verdict == "pass" and ev.sanitizer is None
+
+
+def test_sanitize_needs_the_poisoned_run(tmp_path):
+    toml = tmp_path / "task.toml"
+    toml.write_text('id = "t"\nrepo = "."\nprompt = "p"\n[correctness]\ncommand = "true"\npoison = false\n'
+                    'sanitize = true\n')
+    with pytest.raises(Exception, match="sanitize = true needs poison = true"):
+        load_task(toml)
