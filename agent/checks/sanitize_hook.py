@@ -22,9 +22,10 @@ import weakref
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPORTERS = re.compile(r"[/\\](_pytest|unittest|pprint|reprlib|traceback)([/\\]|\.py:)")
 _ALLOCATORS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
-# Ops that read only their inputs' metadata (shape, dtype, device), never the values.
+# Ops that read only their inputs' metadata (shape, dtype, device), never the values; the last two are
+# views the schema does not mark as such (reshape's).
 _METADATA = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy", "resize_", "set_", "is_same_size",
-                       "_has_compatible_shallow_copy_type", "record_stream"})
+                       "_has_compatible_shallow_copy_type", "record_stream", "_unsafe_view", "_reshape_alias"})
 # In-place ops whose written argument's old values do not matter: they overwrite all of it ...
 _OVERWRITE = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
                         "geometric_", "cauchy_", "log_normal_"})
