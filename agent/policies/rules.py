@@ -4,10 +4,10 @@ It reads the focus files, proposes the analyzers' zeros -> empty rewrites, and l
 checks decide. Evidence first: an edit whose buffer the sanitizer saw read before it was
 written, or whose read sites no test runs, is rejected by name; a batch that fails without
 naming its culprit is split until every rejected edit is isolated with the failure it caused.
-What survives is kept only if it is measurably faster. It reads the checks' structured evaluation (run_checks' tool result `data`), never
-their text. The policy is written as a generator: each `yield` is one turn (a list of tool calls,
-as an LLM may make several at once) and receives their results, so the trajectory reads like
-any other agent's.
+What survives is kept only if it is measurably faster. It reads the checks' structured
+evaluation (run_checks' tool result `data`), never their text. The policy is written as a
+generator: each `yield` is one turn (a list of tool calls, as an LLM may make several at once)
+and receives their results, so the trajectory reads like any other agent's.
 """
 
 from __future__ import annotations
@@ -131,11 +131,12 @@ class RulesPolicy:
                     state[path] = new
             results = yield [*writes, self._call("run_checks", perf=perf)]
             verdict = check_verdict(results[-1])
-            sanitized["yes"] = sanitized["yes"] and verdict.sanitized
+            if verdict.passed:
+                sanitized["yes"] = sanitized["yes"] and verdict.sanitized
             return verdict
 
         tally = {"failed": 0, "settled": 0}  # edits rejected / edits decided so far
-        sanitized = {"yes": True}  # every check so far was watched by the sanitizer
+        sanitized = {"yes": True}  # every passing check so far was watched by the sanitizer
 
         def search(edits: list[Finding], kept: list[Finding], failed: CheckVerdict | None = None) -> Script:
             """Largest passing subset of `edits` on top of `kept`, by adaptive group testing: halve a
