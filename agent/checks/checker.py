@@ -236,6 +236,9 @@ class Checker:
             ev.verdict = "unverified"
             ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
                               if ev.coverage.uncovered else ev.coverage.note or "changed-line coverage not measured")
+        if ev.sanitizer is not None and not ev.sanitizer.measured and _uninitialised_allocations(cand.root, changed):
+            ev.verdict = "unverified"  # the patch allocates uninitialised memory and nothing watched its reads
+            ev.reasons.append(ev.sanitizer.note or "uninitialised reads not measured")
         for site in (s for s in ev.read_sites if not s.executed):
             ev.verdict = "unverified"
             ev.reasons.append(f"{site.buffer.rsplit(':', 1)[0]}:{site.line} reads the buffer allocated uninitialised "
@@ -404,29 +407,37 @@ def diff_stats(ws: Workspace) -> DiffStats:
 _UNINITIALISED = re.compile(r"\b(empty|empty_like|new_empty|empty_strided|new_empty_strided)\s*\(")
 
 
-def _read_sites(root: Path, changed: list[FileLines], rec: coverage.Recorded) -> list[ReadSiteResult]:
-    """Every read of a buffer the patch allocates uninitialised (static analysis), and whether the tests
-    ran it: a read no test reaches is a path on which nothing shows the buffer is written first."""
-    out: list[ReadSiteResult] = []
+def _uninitialised_allocations(root: Path, changed: list[FileLines]) -> dict[str, tuple[str, list[int]]]:
+    """Changed Python files' text and the changed lines in them that allocate uninitialised memory."""
+    out: dict[str, tuple[str, list[int]]] = {}
     for fl in changed:
-        path = root / fl.path
         if not fl.path.endswith(".py"):
             continue
         try:
-            text = path.read_text(encoding="utf-8")
+            text = (root / fl.path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
         source = text.splitlines()
         allocs = [n for n in fl.lines if 0 < n <= len(source) and _UNINITIALISED.search(source[n - 1])]
-        ran = coverage.statements_run(path, rec) if allocs else None
+        if allocs:
+            out[fl.path] = (text, allocs)
+    return out
+
+
+def _read_sites(root: Path, changed: list[FileLines], rec: coverage.Recorded) -> list[ReadSiteResult]:
+    """Every read of a buffer the patch allocates uninitialised (static analysis), and whether the tests
+    ran it: a read no test reaches is a path on which nothing shows the buffer is written first."""
+    out: list[ReadSiteResult] = []
+    for path, (text, allocs) in _uninitialised_allocations(root, changed).items():
+        ran = coverage.statements_run(root / path, rec)
         if ran is None:
             continue
         try:
-            found = read_sites(text, allocs, fl.path)
+            found = read_sites(text, allocs, path)
         except cst.ParserSyntaxError:
             continue
         for line, sites in sorted(found.items()):
-            out += [ReadSiteResult(buffer=f"{fl.path}:{line}", line=s.line, function=s.function, how=s.how,
+            out += [ReadSiteResult(buffer=f"{path}:{line}", line=s.line, function=s.function, how=s.how,
                                    guard=s.guard, executed=s.statement in ran) for s in sites]
     return out
 

@@ -249,6 +249,8 @@ def _list_modules(python: str, env: tuple[tuple[str, str], ...]) -> frozenset[st
 # -- C: suspicious non-test code --------------------------------------------------------------
 _PYTEST_NAME = re.compile(r"^_?pytest(\.[\w.]*)?$")
 _PYTEST_ENV = re.compile(r"^PYTEST_\w*$")
+_HARNESS_ENV = re.compile(r"^PERFAGENT_\w*$")  # the check hook's channels: coverage, poison, sanitizer records
+_DISPATCH = re.compile(r"torch_dispatch|_python_dispatch")  # torch's dispatch-mode stack, where the sanitizer sits
 
 
 def is_test_path(path: str, protected: Iterable[str] = ()) -> bool:
@@ -327,6 +329,9 @@ class _Scan(ast.NodeVisitor):
                 self.hits.append((node, f"imports {a.name} in non-test code"))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not node.level and node.module and _DISPATCH.search(node.module):
+            self.hits.append((node, f"imports from {node.module}: torch's dispatch-mode stack, where the checks' "
+                                    "sanitizer watches every op"))
         if not node.level and node.module and node.module.split(".")[0] in ("pytest", "_pytest"):
             self.hits.append((node, f"imports from {node.module} in non-test code"))
 
@@ -353,6 +358,15 @@ class _Scan(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and _PYTEST_ENV.match(node.value):
             self.hits.append((node, f"refers to {node.value} (set only under pytest)"))
+        if isinstance(node.value, str) and _HARNESS_ENV.match(node.value):
+            self.hits.append((node, f"refers to {node.value} (the checks' own channel: their evidence is not "
+                                    "the code's to read or write)"))
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if _DISPATCH.search(node.attr):
+            self.hits.append((node, f"reaches torch's dispatch-mode stack ({node.attr}), where the checks' "
+                                    "sanitizer watches every op"))
+        self.generic_visit(node)
 
     def visit_Expr(self, node: ast.Expr) -> None:
         if not isinstance(node.value, ast.Constant):  # a docstring mentions, it does not detect

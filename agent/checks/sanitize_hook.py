@@ -253,7 +253,7 @@ class _Sanitizer:
             return None
         try:
             storage = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+        except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less tensors: never tracked
             return None
         key = storage.data_ptr()
         sh = self.shadows.get(key)

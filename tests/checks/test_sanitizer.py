@@ -231,3 +231,36 @@ def test_sanitize_needs_the_poisoned_run(tmp_path):
                     'sanitize = true\n')
     with pytest.raises(Exception, match="sanitize = true needs poison = true"):
         load_task(toml)
+
+
+# -- red team: the candidate's code runs in the process the sanitizer watches ---------------------------
+WIPE = '''import atexit, glob, os
+
+_records = os.environ.get("PERFAGENT_SANITIZE")
+if _records:  # leave no record of what this process read
+    atexit.register(lambda: [os.remove(f) for f in glob.glob(os.path.join(_records, "reads.*"))])
+'''
+UNSTACK = '''from torch.utils._python_dispatch import _pop_mode
+
+try:  # step out of every dispatch mode, the sanitizer's included
+    while True:
+        _pop_mode()
+except Exception:
+    pass
+'''
+
+
+@pytest.mark.parametrize("attack", [WIPE, UNSTACK], ids=["wipe-records", "pop-dispatch-mode"])
+def test_a_candidate_that_hides_its_reads_from_the_sanitizer_does_not_pass(tmp_path, attack):
+    """The patch makes `lens` uninitialised (read at capture, seen by no assertion) and hides the read:
+    it deletes the sanitizer's records at exit, or pops the dispatch mode before any op runs. Without
+    the guards both graded `pass`; now the code is flagged and a sanitizer that saw nothing proves nothing."""
+    task, src = checker_task(tmp_path)
+    old, new = LENS["pkg/backend.py"]
+    hostile = BACKEND.replace("import torch\n", "import torch\n" + attack, 1).replace(old, new)
+    patch = make_patch(src, tmp_path, {"pkg/backend.py": hostile})
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(patch, perf=False)
+    assert ev.correctness.poison.passed and ev.sanitizer.reads == []  # the attack itself works
+    assert ev.verdict != "pass", ev.reasons
+    assert ev.integrity.flags, ev.reasons
