@@ -41,9 +41,13 @@ def prepare(folder: Path, root: Path, files: list[str]) -> Path:
     """An empty `folder` with the list of files to record (repo-relative `files` under `root`)."""
     folder.mkdir(parents=True, exist_ok=True)
     empty_folder(folder)
-    targets = sorted({p for f in files for p in (str(root / f), os.path.realpath(root / f))})
-    (folder / "targets.json").write_text(json.dumps(targets))
+    (folder / "targets.json").write_text(json.dumps(target_paths(root, files)))
     return folder
+
+
+def target_paths(root: Path, files: list[str]) -> list[str]:
+    """The absolute names a process may see for `files` (as given, and with links resolved)."""
+    return sorted({p for f in files for p in (str(root / f), os.path.realpath(root / f))})
 
 
 def recorded(folder: Path) -> Recorded:

@@ -143,10 +143,11 @@ def _sanitizer_line(s: SanitizerResult) -> str:
 
 
 def _read_sites_line(sites: list[ReadSiteResult]) -> str:
-    missed = [s for s in sites if not s.executed]
+    """The count, and the reads no test ran (each one's path is in the verdict's reasons)."""
+    missed = sorted({f"{s.buffer.rsplit(':', 1)[0]}:{s.line}" for s in sites if not s.executed},
+                    key=lambda n: (n.rsplit(":", 1)[0], int(n.rsplit(":", 1)[1])))
     text = f"{len(sites) - len(missed)}/{len(sites)} read sites of the patch's uninitialised buffers run by the tests"
-    return text + "".join(f"; NOT run: {s.buffer.rsplit(':', 1)[0]}:{s.line}{read_path(s)} (reads the buffer "
-                          f"of line {s.buffer.rsplit(':', 1)[1]})" for s in missed)
+    return text + (f"; NOT run: {compact_lines(missed)}" if missed else "")
 
 
 def _note(text: str | None) -> str:

@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from agent.checks.coverage import target_paths
 from agent.checks.evaluation import SanitizerResult, UninitRead
 from agent.checks.patchinfo import FileLines
 from agent.util.files import empty_folder
@@ -28,8 +29,7 @@ def prepare(folder: Path, root: Path, files: list[str], kernels: list[str]) -> P
     are opaque kernels (every tensor argument counts as read)."""
     folder.mkdir(parents=True, exist_ok=True)
     empty_folder(folder)
-    targets = sorted({p for f in files for p in (str(root / f), os.path.realpath(root / f))})
-    (folder / "config.json").write_text(json.dumps({"targets": targets, "kernels": kernels}))
+    (folder / "config.json").write_text(json.dumps({"targets": target_paths(root, files), "kernels": kernels}))
     return folder
 
 
