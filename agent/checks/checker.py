@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,9 +30,10 @@ from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environ
                                      ReadSiteResult, ReferenceResult)
 from agent.checks.launch import Launcher
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
-from agent.checks.perf import FULL, QUICK, BenchError, SamplingPolicy
+from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.render import compact_lines, read_line, read_path
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
+from agent.checks.stats import preload as preload_stats
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
 from agent.env.sandbox import base_env, run_command
@@ -173,9 +175,6 @@ class Checker:
             self._env = probe(self.baseline().root, self.interpreter().bin_dir)
         return self._env
 
-    def _bench(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
-        return perfmod.run_bench(side, root, spec, self.interpreter().bin_dir)
-
     def _hook_dir(self) -> Path:
         if self._hook is None:
             self._hook = install_hook(self.workdir / "hook")
@@ -227,11 +226,34 @@ class Checker:
         ev.setup = self._setup(cand)
         if ev.setup is not None and not ev.setup.passed:
             ev.reasons.append(f"setup command failed (exit {ev.setup.exit_code})")
-        else:
+            return self._fail(ev)
+        measure = perf and self.task.spec.perf is not None
+        sides = self._sides(cand, reference) if measure else {}
+        bench = self._bench(sides) if measure else None  # its server imports torch while the tests run
+        if measure:
+            threading.Thread(target=preload_stats, daemon=True).start()
+        try:
             self._correctness(cand, ev, changed)
-        if ev.reasons:
-            ev.verdict = "rejected" if ev.protected_violations else "fail"
-            return
+            if ev.reasons:
+                return self._fail(ev)
+            self._judge_evidence(cand, ev, changed)
+            if bench is not None:
+                self._perf(ev, sides, bench, quick=quick, reference=reference)
+        finally:
+            if bench is not None:
+                bench.close()
+        if ev.verdict in ("pass", "unverified") and (ev.integrity.flags or ev.integrity.plausibility):
+            ev.verdict = "suspicious"
+            ev.reasons += [f"flagged: {f}" for f in ev.integrity.flags]
+            ev.reasons += [f"suspicious speedup: {ev.integrity.plausibility}"] if ev.integrity.plausibility else []
+
+    @staticmethod
+    def _fail(ev: Evaluation) -> None:
+        ev.verdict = "rejected" if ev.protected_violations else "fail"
+
+    def _judge_evidence(self, cand: Workspace, ev: Evaluation, changed: list[FileLines]) -> None:
+        """Passing tests are not enough: every changed line and every read of a buffer left
+        uninitialised must have run, with the sanitizer watching."""
         if ev.coverage is not None and (ev.coverage.uncovered or not ev.coverage.measured):
             ev.verdict = "unverified"
             ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
@@ -243,12 +265,6 @@ class Checker:
             ev.verdict = "unverified"
             ev.reasons.append(f"{site.buffer.rsplit(':', 1)[0]}:{site.line} reads the buffer allocated uninitialised "
                               f"at line {site.buffer.rsplit(':', 1)[1]}{read_path(site)}: no test runs it")
-        if perf and self.task.spec.perf is not None:
-            self._perf(cand, ev, quick=quick, reference=reference)
-        if ev.verdict in ("pass", "unverified") and (ev.integrity.flags or ev.integrity.plausibility):
-            ev.verdict = "suspicious"
-            ev.reasons += [f"flagged: {f}" for f in ev.integrity.flags]
-            ev.reasons += [f"suspicious speedup: {ev.integrity.plausibility}"] if ev.integrity.plausibility else []
 
     def _integrity(self, cand: Workspace) -> IntegrityResult:
         """Refusals (test collection, start-up files, shadowing modules) and flags, before anything runs."""
@@ -307,14 +323,22 @@ class Checker:
             if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
                 ev.read_sites = _read_sites(cand.root, changed, rec)
 
-    def _perf(self, cand: Workspace, ev: Evaluation, *, quick: bool, reference: bool) -> None:
-        spec = self.task.spec.perf
-        assert spec is not None
+    def _sides(self, cand: Workspace, reference: bool) -> dict[str, Path]:
         sides = {"baseline": self.baseline().root, "candidate": cand.root}
         ref = self._reference_ws() if reference else None
         if ref is not None:
             sides["reference"] = ref.root
-        elif reference:
+        return sides
+
+    def _bench(self, sides: dict[str, Path]) -> Bench:
+        assert self.task.spec.perf is not None
+        return Bench(self.task.spec.perf, sides, self.workdir / "bench", bin_dir=self.interpreter().bin_dir,
+                     warm=self.warm, log=self.log)
+
+    def _perf(self, ev: Evaluation, sides: dict[str, Path], bench: Bench, *, quick: bool, reference: bool) -> None:
+        spec = self.task.spec.perf
+        assert spec is not None
+        if reference and "reference" not in sides:
             ev.reference = ReferenceResult(error=str(self._reference))
         policy = self.policies[quick]
         seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
@@ -325,20 +349,22 @@ class Checker:
         with device_lock(device, self.lock_dir, self.log):
             start = time.monotonic()
             result.lock_wait_s = round(start - asked, 2)
+            samples = None
             try:
-                samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log, bench=self._bench)
-            except BenchError as e:
-                if e.side == "reference":  # rare: drop the reference and measure again
-                    ev.reference = ReferenceResult(error=str(e))
-                    sides.pop("reference")
-                    samples = None
-                else:
-                    samples, result.error, result.error_side = None, str(e), e.side
-            if samples is None and result.error is None:
-                try:
-                    samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log, bench=self._bench)
-                except BenchError as e:
-                    result.error, result.error_side = str(e), e.side
+                while samples is None and result.error is None:
+                    try:
+                        samples = perfmod.sample(sides, spec, policy, seed=seed, log=self.log, bench=bench)
+                    except BenchError as e:
+                        if e.side == "reference" and "reference" in sides:  # rare: drop it, measure again
+                            ev.reference = ReferenceResult(error=str(e))
+                            sides = {k: v for k, v in sides.items() if k != "reference"}
+                            bench.close()
+                            bench = self._bench(sides)
+                        else:
+                            result.error, result.error_side = str(e), e.side
+            finally:
+                result.processes = bench.mode
+                bench.close()
         result.duration_s = round(time.monotonic() - start, 2)
         ev.perf = result
         if result.error is not None:

@@ -125,6 +125,7 @@ class PerfResult(BaseModel):
     seed: int = 0
     device: str = "cpu"
     duration_s: float = 0.0  # sampling only
+    processes: str = "fresh processes"  # how the bench samples were started (agent.checks.perf.Bench)
     lock_wait_s: float = 0.0  # waiting for another measurement on the same device
     error: str | None = None  # the bench failed or did not print the metric
     error_side: str | None = None  # "baseline", "candidate" or "reference"

@@ -3,8 +3,8 @@ plain Python, a fresh sandboxed process otherwise. Either way the process sees t
 environment (agent.checks.correctness.check_env: the workspace and our check hook on PYTHONPATH).
 
 Bench samples never come from here: every child of one server shares its memory layout, and
-two servers' children ran the same code 0.88x-1.15x apart (agent.checks.perf starts each
-sample from scratch instead).
+two servers' children ran the same code 0.88x-1.15x apart, so agent.checks.perf forks every
+side's samples from one server of its own.
 """
 
 from __future__ import annotations

@@ -1,12 +1,17 @@
 """Perf sampling: the bench as separate processes, sides interleaved, order shuffled each round.
 
+Where the bench is a plain `python script.py` and bubblewrap is here, every sample is a child
+forked from one warm server shared by all sides (see `Bench`): a round of three samples then
+takes a fraction of a second instead of three interpreter and torch start-ups, so its samples
+are close enough in time to share the machine's drift, and the pairs get tighter.
+
 One round runs every side once (baseline, candidate, and the reference when asked), in a
 random order, so drift (thermal, page cache, a neighbour's job) hits all sides alike, and a
 round's candidate and baseline values form a pair. The first round is a warm-up and is
-discarded. From `min_pairs` on, every round is a look (agent.checks.stats): sampling stops as
-soon as the change is significant at the per-look level that keeps the overall A/A error at 5%,
-or the interval is narrower than the task's minimum effect and holds 1; at `max_pairs` an
-answer that is still unclear is "inconclusive".
+discarded. From `min_pairs` on, sampling stops as soon as the change is significant at one of
+the policy's looks, at the per-look level that keeps the overall A/A error at 5%
+(agent.checks.stats), or the interval is narrower than the task's minimum effect and holds 1;
+at `max_pairs` an answer that is still unclear is "inconclusive".
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason
-from agent.env.sandbox import base_env, run_command
+from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
+from agent.env.sandbox import base_env, run_command, scratch_places
+from agent.env.warm import WarmError, WarmPython, parse_python
 from agent.task import PerfSpec
 from agent.util.text import tail
 
@@ -29,13 +35,19 @@ class SamplingPolicy:
     min_pairs: int
     max_pairs: int
     warmup: int = 1
+    looks: tuple[int, ...] | None = None  # the rounds after which the test may call a change; None: every one
 
 
-# The per-look level of FULL is ~0.015, which the signed-rank test can reach from 8 pairs on (all
-# eight one way); looks before that can still stop for precision, so identical code stops at 5.
-# QUICK (the agent's run_checks): level ~0.039, reachable from 6 pairs.
-FULL = SamplingPolicy(min_pairs=5, max_pairs=20)
+# FULL tests after 7, 8, 10, 12, 15 and 20 pairs at ~0.017 per look, which the signed-rank test
+# reaches from 7 pairs on (all seven one way; a look after every round would need 8); every round
+# from 5 on can still stop for precision, so identical code stops at 5. QUICK (the agent's
+# run_checks): a look after every round at ~0.039, reachable from 6 pairs.
+FULL = SamplingPolicy(min_pairs=5, max_pairs=20, looks=(7, 8, 10, 12, 15, 20))
 QUICK = SamplingPolicy(min_pairs=4, max_pairs=8)
+
+
+class RoundLost(Exception):
+    """The warm bench server can no longer be trusted or used: the round is run again, cold."""
 
 
 class BenchError(Exception):
@@ -93,9 +105,12 @@ def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
 
 
 def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> tuple[float, str | None]:
-    """One bench process, started from scratch: never forked from a warm interpreter, whose memory
-    layout every child would share (an A/A measured 0.88x-1.15x between two such servers)."""
+    """One bench process, started from scratch in its own sandbox."""
     res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir))
+    return _metric(side, res, spec)
+
+
+def _metric(side: str, res, spec: PerfSpec) -> tuple[float, str | None]:
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
@@ -105,12 +120,68 @@ def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None
         raise BenchError(side, f"{side} bench: {e}") from None
 
 
+class Bench:
+    """One bench sample per call, for every side of one sampling.
+
+    Warm: a child forked from one server that has imported torch, in a sandbox where every
+    side's checkout is read-only. The child imports its side's code from scratch. Every child
+    shares the server's memory layout, which biases timings by up to 0.88x-1.15x between two
+    servers; one server for all sides makes that bias common to a round's samples, so it cancels
+    in their ratios. After each child the server kills what it left running and empties /tmp,
+    /dev/shm, HOME and its own folder, so a candidate cannot leave anything for the baseline.
+    Cold (`run_bench`): where the command is not plain Python, there is no bubblewrap, or the
+    warm server failed: the server died, a child left files it could not remove, or the bench
+    fails forked but not from scratch. Then `RoundLost` is raised and that round is run again,
+    cold like every later one, so no round mixes the two.
+    """
+
+    def __init__(self, spec: PerfSpec, sides: dict[str, Path], scratch: Path, *, bin_dir: Path | None = None,
+                 warm: bool = True, log: Callable[[str], None] = lambda _: None):
+        self.bin_dir, self.log = bin_dir, log
+        self.server: WarmPython | None = None
+        self.mode = "fresh processes"  # how the samples were started, for the report
+        cmd = parse_python(spec.command)
+        if warm and cmd is not None and WarmPython.available():
+            scratch.mkdir(parents=True, exist_ok=True)
+            self.cmd, self.mode = cmd, "forked from one warm server"
+            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(bin_dir=bin_dir),
+                                     readable=tuple(sides.values()), wipe=(*scratch_places(), str(scratch)))
+
+    def __call__(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
+        if self.server is None:
+            return run_bench(side, root, spec, self.bin_dir)
+        try:
+            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, env={"PYTHONPATH": str(root)}, cwd=root,
+                                  path=(str(root),))
+        except WarmError as e:
+            self._cold(f"the warm bench server ended ({e})")
+        if not self.server.clean:
+            self._cold(f"the {side} bench left files behind that could not be removed")
+        try:
+            return _metric(side, res, spec)
+        except BenchError as e:
+            if res.timed_out:
+                raise
+            run_bench(side, root, spec, self.bin_dir)  # raises if it fails from scratch as well
+            self._cold(f"the {side} bench fails forked ({tail(str(e), 300)}) but not from scratch")
+
+    def _cold(self, why: str):
+        self.close()
+        self.mode = f"forked from one warm server, then fresh processes: {why}"
+        raise RoundLost(why)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
 def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, seed: int,
            log: Callable[[str], None] = lambda _: None,
            bench: Callable[[str, Path, PerfSpec], tuple[float, str | None]] = run_bench) -> Samples:
     """Interleaved rounds over `sides` (must include "baseline" and "candidate"), looking after each."""
     rng = random.Random(seed)
-    level = sequential_alpha(policy.min_pairs, policy.max_pairs)
+    level = sequential_alpha(policy.min_pairs, policy.max_pairs, looks=policy.looks)
     values: dict[str, list[float]] = {s: [] for s in sides}
     warmup: dict[str, list[float]] = {s: [] for s in sides}
     unit = None
@@ -123,8 +194,14 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             order.remove("baseline")
             order.insert(0, "baseline")
         t = time.monotonic()
+        while True:
+            try:
+                got = {side: bench(side, sides[side], spec) for side in order}
+                break
+            except RoundLost as e:
+                log(f"perf: {e}; this round and every later one run in fresh processes")
         for side in order:
-            value, unit = bench(side, sides[side], spec)
+            value, unit = got[side]
             (warmup if is_warmup else values)[side].append(value)
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
         log(f"perf {label}: " + ", ".join(f"{s}={(warmup if is_warmup else values)[s][-1]:.4g}" for s in sides)
@@ -133,7 +210,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
         if n >= policy.min_pairs:
             comparison = compare_paired(values["baseline"], values["candidate"], spec.direction, spec.min_effect,
                                         seed, alpha=level)
-            why = stop_reason(comparison, last=n >= policy.max_pairs)
+            why = stop_reason(comparison, last=n >= policy.max_pairs,
+                              testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break

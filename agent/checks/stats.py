@@ -50,6 +50,11 @@ class Comparison(BaseModel):
     stop_reason: str | None = None  # why sampling stopped, set by the sequential procedure
 
 
+def preload() -> None:
+    """Import scipy.stats (~1 s) ahead of the first look, while something else runs."""
+    from scipy import stats  # noqa: F401
+
+
 def _ratio_of_medians(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(c, axis=axis) / np.median(b, axis=axis)
 
@@ -149,30 +154,41 @@ def signed_rank_p(baseline: list[float], candidate: list[float]) -> float:
     return float(sps.wilcoxon(d, alternative="two-sided").pvalue)
 
 
-# Per-look levels for the policies in agent.checks.perf, from sequential_alpha(lo, hi) with its
-# default simulation (tests/checks/test_stats.py recomputes them): computing one takes ~2 s.
-_SEQUENTIAL_ALPHA = {(5, 20, 0.05): 0.01531219482421875, (4, 8, 0.05): 0.0390625}
+# Per-look levels for the policies in agent.checks.perf, from sequential_alpha(lo, hi, looks=...)
+# with its default simulation (tests/checks/test_stats.py recomputes them): computing one takes ~2 s.
+_SEQUENTIAL_ALPHA = {(5, 20, 0.05, None): 0.01531219482421875, (4, 8, 0.05, None): 0.0390625,
+                     (5, 20, 0.05, (7, 8, 10, 12, 15, 20)): 0.017181396484375}
+
+
+def testing_at(n: int, min_pairs: int, max_pairs: int, looks: tuple[int, ...] | None) -> bool:
+    """Whether the test may call a change after `n` pairs: at every round from `min_pairs`, or at `looks`."""
+    return n == max_pairs or (n in looks if looks else n >= min_pairs)
 
 
 @functools.lru_cache(maxsize=None)
-def sequential_alpha(min_pairs: int, max_pairs: int, alpha: float = 0.05, *, sims: int = 20000,
-                     seed: int = 0, cached: bool = True) -> float:
+def sequential_alpha(min_pairs: int, max_pairs: int, alpha: float = 0.05, *, looks: tuple[int, ...] | None = None,
+                     sims: int = 20000, seed: int = 0, cached: bool = True) -> float:
     """Per-look level (Pocock-style constant) so that testing after every round from `min_pairs`
-    to `max_pairs` says "faster"/"slower" on identical code in at most `alpha` of runs overall.
+    to `max_pairs` (or only after the rounds in `looks`) says "faster"/"slower" on identical code
+    in at most `alpha` of runs overall.
 
     Under A/A the signs of the per-round log ratios are fair coins independent of their sizes
     (the order within a round is shuffled), so the exact signed-rank p-values at each look have a
     known joint law for any noise; we simulate it and take the largest level whose chance that
     any look falls below it is <= alpha. Stopping early for precision only removes chances to err.
+    Fewer looks buy a higher level: the signed-rank test's smallest p after 7 pairs, 2/128, is
+    under the level of looks (7, 8, 10, 12, 15, 20) but not of a look after every round.
     """
-    if cached and (min_pairs, max_pairs, alpha) in _SEQUENTIAL_ALPHA:
-        return _SEQUENTIAL_ALPHA[(min_pairs, max_pairs, alpha)]
+    key = (min_pairs, max_pairs, alpha, looks)
+    if cached and key in _SEQUENTIAL_ALPHA:
+        return _SEQUENTIAL_ALPHA[key]
     from scipy import stats as sps
 
     d = np.random.default_rng(seed).standard_normal((sims, max_pairs))
     p_min = np.ones(sims)
     for n in range(max(min_pairs, 2), max_pairs + 1):
-        p_min = np.minimum(p_min, sps.wilcoxon(d[:, :n], axis=1).pvalue)
+        if testing_at(n, min_pairs, max_pairs, looks):
+            p_min = np.minimum(p_min, sps.wilcoxon(d[:, :n], axis=1).pvalue)
     # rejecting when p < level: at most floor(alpha * sims) of the simulated runs fall below it
     return float(np.sort(p_min)[int(alpha * sims)])
 
@@ -204,11 +220,12 @@ def compare_paired(baseline: list[float], candidate: list[float], direction: Dir
                       alpha=alpha, cv=float(np.std(d, ddof=1)) if len(d) > 1 else 0.0)
 
 
-def stop_reason(c: Comparison, last: bool) -> str | None:
-    """Why sequential sampling stops after this look, or None to take another round."""
+def stop_reason(c: Comparison, last: bool, testing: bool = True) -> str | None:
+    """Why sequential sampling stops after this look, or None to take another round; a round that is
+    not one of the test's looks (`testing` False) stops only for precision."""
     n = c.n_candidate
     if c.verdict in ("faster", "slower"):
-        return f"significant after {n} pairs"
+        return f"significant after {n} pairs" if testing else None
     if c.verdict == "no significant change":
         return f"precise after {n} pairs"
     if not last:
@@ -220,16 +237,16 @@ def stop_reason(c: Comparison, last: bool) -> str | None:
 
 def sequential(baseline: list[float], candidate: list[float], min_pairs: int, max_pairs: int,
                direction: Direction = "lower", min_effect: float = 0.03, seed: int = 0, *,
-               alpha: float = 0.05, n_resamples: int = 4000) -> Comparison:
+               alpha: float = 0.05, n_resamples: int = 4000, looks: tuple[int, ...] | None = None) -> Comparison:
     """The sequential procedure replayed on recorded rounds: look after each from `min_pairs`, stop
     at the first clear answer or at `max_pairs`. What perf.sample decides while it measures."""
-    level = sequential_alpha(min_pairs, max_pairs, alpha)
+    level = sequential_alpha(min_pairs, max_pairs, alpha, looks=looks)
     n_max = min(max_pairs, len(baseline), len(candidate))
     c = None
     for n in range(min(min_pairs, n_max), n_max + 1):
         c = compare_paired(baseline[:n], candidate[:n], direction, min_effect, seed, alpha=level,
                            n_resamples=n_resamples)
-        why = stop_reason(c, last=n >= max_pairs)
+        why = stop_reason(c, last=n >= max_pairs, testing=testing_at(n, min_pairs, max_pairs, looks))
         if why is not None:
             return c.model_copy(update={"stop_reason": why})
     assert c is not None

@@ -163,6 +163,12 @@ def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], read
                    "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", str(cwd), "--"]
 
 
+def scratch_places() -> tuple[str, ...]:
+    """Where every sandboxed command can write besides the folders it is given: the private
+    temporary folders, /dev/shm and the emptied home folders."""
+    return (*PRIVATE_TMPS, "/dev/shm", *map(str, _hidden_homes()))
+
+
 def _hidden_homes() -> list[Path]:
     homes = {Path(os.path.realpath(os.path.expanduser("~")))} | {Path(h) for h in HIDDEN_HOMES}
     return sorted(h for h in homes if h != Path("/") and h.is_dir())

@@ -1,8 +1,9 @@
-"""Warm interpreters: one sandboxed Python per workspace that has imported torch once and forks
-a fresh child for each `python script.py` / `python -m module` command (see zygote.py).
+"""Warm interpreters: a sandboxed Python that has imported torch once and forks a fresh child
+for each `python script.py` / `python -m module` command (see zygote.py): one per workspace for
+its tests, one per perf sampling for every side's bench.
 
 Starting the target's interpreter and importing torch costs about 2 s per process on a small
-machine, and an agent's run checks its candidates' tests dozens of times. Only plain Python commands are served warm, and only
+machine, and an agent's run checks its candidates dozens of times. Only plain Python commands are served warm, and only
 under bubblewrap (the server must own a PID namespace to leave no process behind between
 children); everything else runs through `run_command` as before.
 """
@@ -66,16 +67,20 @@ class WarmPython:
     """One server in one sandbox at `cwd`; `run` is one forked child at a time."""
 
     def __init__(self, interpreter: str, cwd: Path, *, env: dict[str, str], writable: tuple[Path, ...] = (),
+                 readable: tuple[Path, ...] = (), wipe: tuple[str, ...] = (),
                  preload: tuple[str, ...] = ("torch",), lifetime_s: float = 6 * 3600):
+        """`readable`: folders mounted back read-only (checkouts under a hidden /tmp); `wipe`: the
+        writable places emptied after each child (`run`'s result then says if that worked)."""
         self.interpreter = interpreter
         self.cwd = Path(os.path.realpath(cwd))
         self.preloaded: list[str] = []
         self._lock = threading.Lock()
         self._ready = False
         self._dead: str | None = None
-        env = {**env, "PERFAGENT_PRELOAD": ",".join(preload)}
+        self.clean = True  # after the last child: its writable places emptied (see `wipe`)
+        env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe)}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
-        argv = _wrap(command, self.cwd, isolation().mode, _real(writable), (ZYGOTE.parent,), env,
+        argv = _wrap(command, self.cwd, isolation().mode, _real(writable), (ZYGOTE.parent, *_real(readable)), env,
                      ResourceLimits.default(), lifetime_s)
         self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -100,15 +105,16 @@ class WarmPython:
             self.preloaded, self._ready = hello.get("preloaded", []), True
 
     def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
-            max_output: int = DEFAULT_MAX_OUTPUT) -> CommandResult:
-        """Fork one child running `cmd`; `env` changes (None removes) apply to that child only."""
+            max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = ()) -> CommandResult:
+        """Fork one child running `cmd`; `env` changes (None removes) apply to that child only, as
+        do `cwd` and `path` (sys.path entries put where PYTHONPATH's go)."""
         with self._lock:
             if self._dead:
                 raise WarmError(self._dead)
             self._wait_ready()
             assert self.proc.stdin is not None
             request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
-                       "max_output": max_output}
+                       "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path)}
             start = time.monotonic()
             try:
                 self.proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -121,6 +127,7 @@ class WarmPython:
         if reply["timed_out"]:
             text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
         display = shlex.join([cmd.interpreter, *(["-m"] if cmd.module else []), *cmd.argv])
+        self.clean = reply.get("clean", True)
         return CommandResult(display, reply["exit"] if not reply["timed_out"] else -signal.SIGKILL, text,
                              time.monotonic() - start, reply["timed_out"], reply["cut"], "bwrap")
 

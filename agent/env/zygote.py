@@ -7,9 +7,15 @@ Runs as a script in the *target's* interpreter (stdlib only, CPython 3.9+), star
   process of the code under test;
 - gets its own session and a capped pipe for stdout + stderr;
 - leaves no process behind: after it ends, every other process in the sandbox's PID
-  namespace is killed, so one run cannot leave a daemon behind for the next.
+  namespace is killed, so one run cannot leave a daemon behind for the next;
+- may run in a folder of its own (`cwd`, with `path` put where PYTHONPATH would be), for a
+  server shared by several checkouts (agent.checks.perf's bench rounds); such a server also
+  empties every writable place (PERFAGENT_WIPE) after each child, restores /dev and removes
+  SysV IPC objects (and allows no POSIX message queue), so no child leaves anything for the
+  next, and says when it could not.
 The server makes itself non-dumpable first, so no child can ptrace it or write its memory.
-Not for timing: every child shares its server's memory layout, a bias that differs per server.
+Every child shares its server's memory layout, a bias that differs per server: timing compares
+only children of one server.
 """
 
 import builtins
@@ -17,6 +23,7 @@ import ctypes
 import importlib.machinery
 import json
 import os
+import resource
 import runpy
 import select
 import signal
@@ -26,6 +33,7 @@ import traceback
 import types
 
 PR_SET_DUMPABLE = 4
+IPC_RMID = 0
 
 
 def _ancestors():
@@ -60,6 +68,87 @@ def _sweep(keep):
         time.sleep(0.01)
 
 
+def _wipe(folder):
+    """Remove everything under `folder` but the sandbox's mount points and the folders that lead
+    to them; True if nothing a child made is left."""
+    if not os.path.isdir(folder):
+        return True
+    clean = True
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    for entry in entries:
+        if os.path.ismount(entry.path):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)  # a child may have made it unreadable
+                clean = _wipe(entry.path) and clean
+                if not _has_mounts(entry.path):
+                    os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            clean = False
+    return clean
+
+
+def _has_mounts(folder):
+    """Whether some mount point lies below `folder` (a bind the sandbox made, not a child's file)."""
+    for sub, dirs, _ in os.walk(folder):
+        if any(os.path.ismount(os.path.join(sub, d)) for d in dirs):
+            return True
+    return False
+
+
+def _dev_entries():
+    """/dev's entries and their inodes (bwrap's --dev is a writable tmpfs of its own)."""
+    try:
+        return {e.name: e.inode() for e in os.scandir("/dev")}
+    except OSError:
+        return {}
+
+
+def _restore_dev(before):
+    """Remove what a child added to /dev; False if it replaced or removed an entry that was there."""
+    clean = True
+    for name, inode in _dev_entries().items():
+        path = os.path.join("/dev", name)
+        if name in before:
+            clean = clean and before[name] == inode
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                clean = _wipe(path) and clean
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            clean = False
+    return clean and set(before) <= set(_dev_entries())
+
+
+def _remove_sysv_ipc():
+    """Remove the SysV shared memory segments, message queues and semaphores a child left in the
+    sandbox's IPC namespace (which all children share); False if one stays."""
+    libc = ctypes.CDLL(None)
+    clean = True
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                ids = [int(row.split()[1]) for row in f.read().splitlines()[1:] if row.strip()]
+        except (OSError, ValueError, IndexError):
+            continue
+        for ident in ids:
+            if kind == "sem":
+                gone = libc.semctl(ident, 0, IPC_RMID) == 0
+            else:
+                gone = getattr(libc, f"{kind}ctl")(ident, IPC_RMID, None) == 0
+            clean = clean and gone
+    return clean
+
+
 def _run_script(script, argv):
     """As `python script.py` does it: argv[0] as given, __file__ and sys.path[0] absolute."""
     sys.argv = list(argv)
@@ -84,6 +173,8 @@ def _child(req, write_fd, control):
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if req.get("cwd"):
+        os.chdir(req["cwd"])
     for key, value in req.get("env", {}).items():
         if value is None:
             os.environ.pop(key, None)
@@ -95,6 +186,7 @@ def _child(req, write_fd, control):
         if hook is not None and hasattr(hook, "perfagent_start"):
             hook.perfagent_start()  # poison / coverage, as the request's environment asks
         argv = req["argv"]
+        sys.path[1:1] = req.get("path", [])
         if req.get("module"):
             sys.argv = [argv[0], *argv[1:]]
             sys.path[0] = os.getcwd()
@@ -188,6 +280,10 @@ def main():
     except (OSError, AttributeError):
         pass
     keep = _ancestors()
+    wipe = [w for w in os.environ.get("PERFAGENT_WIPE", "").split(os.pathsep) if w]
+    dev = _dev_entries()
+    if wipe:  # POSIX message queues cannot be listed to remove them: allow none
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     reader = os.fdopen(control_in, "rb")
     writer = os.fdopen(control_out, "wb")
 
@@ -208,6 +304,8 @@ def main():
         result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)))
         result["duration_s"] = time.monotonic() - start
         _sweep(keep)
+        if wipe:
+            result["clean"] = all([*(_wipe(w) for w in wipe), _restore_dev(dev), _remove_sysv_ipc()])
         reply(result)
 
 

@@ -17,7 +17,7 @@ STATE = (
 
 
 def main():
-    args = parse_args(__doc__, repeats=30, warmup=2)
+    args = parse_args(__doc__, repeats=20, warmup=2)
     if args.device.type == "cpu":
         fresh_host_memory()
     world = BenchWorld(

@@ -4,7 +4,7 @@ Grades the task's reference patch (or --patch) three ways on a fresh checker eac
 evaluation with the reference measured alongside (the final grading), a quick one (the agent's
 run_checks), and an empty diff (must be "no-change" at once). Prints one JSON line per grading,
 {"metric", "value", "unit"} plus the time of each phase, then a table. `--cold` starts every
-process afresh (no warm interpreter), as before warm interpreters existed.
+process afresh (no warm interpreter: every test run and bench sample a fresh process).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def grade(task, patch: str, *, quick: bool, reference: bool, warm: bool) -> dict
     name = "no_change" if not patch.strip() else ("quick" if quick else "full")
     return {"metric": f"eval_{name}_s", "value": round(wall, 2), "unit": "s", "verdict": ev.verdict,
             "perf_verdict": p and p.verdict, "pairs": p and p.n_pairs, "speedup": ev.speedup,
-            "reference_speedup": ev.reference and ev.reference.speedup, **phases(ev, wall)}
+            "reference_speedup": ev.reference and ev.reference.speedup, "processes": p and p.processes,
+            **phases(ev, wall)}
 
 
 def main() -> None:
@@ -57,7 +58,7 @@ def main() -> None:
             grade(task, "", quick=False, reference=True, warm=not args.cold)]
     for r in rows:
         print(json.dumps(r))
-    print(f"\n{task.id} on {os.cpu_count()} cores, {'cold' if args.cold else 'warm'} test processes, bench samples from scratch")
+    print(f"\n{task.id} on {os.cpu_count()} cores; bench samples: {rows[0]['processes']}")
     print(f"{'grading':<12}{'wall s':>8}{'tests':>8}{'perf':>8}{'lock':>8}{'other':>8}  pairs  verdict")
     for r in rows:
         print(f"{r['metric'][5:-2]:<12}{r['value']:>8}{r['tests']:>8}{r['perf']:>8}{r['lock_wait']:>8}"

@@ -1,14 +1,15 @@
 """Honesty of the perf verdicts on real processes: `python tests/bench/bench_stats.py [--trials N] [--load [N]]`.
 
 Records one long interleaved stream of real bench processes (a busy-wait like the fixture's
-bench, no torch), each started as the checker starts them (a fresh process in its own sandbox,
-from a folder whose path is as long as every other side's), for four sides in every round, in
-shuffled order: the
+bench, no torch), each started as the checker starts them (agent.checks.perf.Bench: a child of
+one warm server per trial shared by every side, or with `--cold` a fresh process in its own
+sandbox; from folders whose paths are as long as every other side's), for four sides in every
+round, in shuffled order: the
 baseline, an identical copy (A/A), and candidates whose measured loop does 1/1.05 and 1/1.10
 of the iterations (true speedups of 5% and 10%). The stream is cut into consecutive,
 non-overlapping chunks of 23 rounds, each an independent trial, and on the same chunk we apply
-  - ours: one warm-up round, then the sequential paired procedure (agent.checks.stats.sequential,
-    5..20 pairs, overall A/A error 5%);
+  - ours: one warm-up round, then the sequential paired procedure of a full evaluation
+    (agent.checks.stats.sequential with perf.FULL: 5..20 pairs, overall A/A error 5%);
   - GSO's rule: mean of the first 5 processes per side, speedup >= 1.2 counts as faster;
   - SWE-Perf's: 3 warm-ups + 20 runs per side, IQR outlier filter, one-sided Mann-Whitney p < 0.1.
 Prints JSON lines {"metric", "value", ...} (rates with 95% Wilson intervals, noise figures) and a
@@ -35,9 +36,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.checks.perf import parse_metric, perf_env  # noqa: E402
+from agent.checks.perf import FULL, Bench, RoundLost, parse_metric, perf_env  # noqa: E402
 from agent.checks.stats import sequential  # noqa: E402
 from agent.env.sandbox import run_command  # noqa: E402
+from agent.task import PerfSpec  # noqa: E402
 
 ITERS = 40_000
 SIDES = {"baseline": 1.0, "aa": 1.0, "faster5": 1.05, "faster10": 1.10}  # true speedup of each side
@@ -99,30 +101,48 @@ def make_task_sides(tmp: Path) -> dict[str, Path]:
     return out
 
 
+def spec_for(d: Path) -> PerfSpec:
+    if (d / TASK_FILE).exists():
+        return PerfSpec(command=TASK_BENCH, metric=TASK_METRIC, timeout_s=120)
+    return PerfSpec(command="python bench.py", metric="spin_ms", timeout_s=120)
+
+
 def run_one(d: Path) -> float:
-    command, metric = (TASK_BENCH, TASK_METRIC) if (d / TASK_FILE).exists() else ("python bench.py", "spin_ms")
-    res = run_command(command, d, timeout_s=120, env=perf_env(d))
+    spec = spec_for(d)
+    res = run_command(spec.command, d, timeout_s=120, env=perf_env(d))
     assert res.ok, res.output
-    return parse_metric(res.output, metric)[0]
+    return parse_metric(res.output, spec.metric)[0]
 
 
-def record(sides: dict[str, Path], rounds: int, seed: int, log) -> dict[str, list[float]]:
+def record(sides: dict[str, Path], trials: int, seed: int, warm: bool, scratch: Path, log) -> dict[str, list[float]]:
+    """`trials` chunks of CHUNK rounds, each measured as one evaluation is: its own Bench."""
     rng = random.Random(seed)
     values: dict[str, list[float]] = {s: [] for s in sides}
+    spec = spec_for(next(iter(sides.values())))
     t0 = time.monotonic()
-    for r in range(rounds):
-        order = list(sides)
-        rng.shuffle(order)
-        for s in order:
-            values[s].append(run_one(sides[s]))
-        if (r + 1) % CHUNK == 0:
-            log(f"trial {(r + 1) // CHUNK}/{rounds // CHUNK} recorded ({time.monotonic() - t0:.0f}s)")
+    for t in range(trials):
+        bench = Bench(spec, sides, scratch, warm=warm)
+        try:
+            for _ in range(CHUNK):
+                order = list(sides)
+                rng.shuffle(order)
+                while True:
+                    try:
+                        got = {s: bench(s, sides[s], spec)[0] for s in order}
+                        break
+                    except RoundLost as e:
+                        log(f"round lost: {e}")
+                for s in order:
+                    values[s].append(got[s])
+        finally:
+            bench.close()
+        log(f"trial {t + 1}/{trials} recorded ({time.monotonic() - t0:.0f}s, {bench.mode})")
     return values
 
 
 # -- the three rules on one chunk -----------------------------------------------------------------
 def ours(b: list[float], c: list[float], min_effect: float, seed: int) -> tuple[str, int, str]:
-    r = sequential(b[1:21], c[1:21], 5, 20, "lower", min_effect, seed)
+    r = sequential(b[1:21], c[1:21], FULL.min_pairs, FULL.max_pairs, "lower", min_effect, seed, looks=FULL.looks)
     return r.verdict, r.n_candidate, r.stop_reason or ""
 
 
@@ -163,6 +183,7 @@ def main() -> None:
     ap.add_argument("--task", action="store_true",
                     help="the bundled task's bench (init_ms) with a busy-wait in init_cuda_graph_state, not the spin")
     ap.add_argument("--save", default=None, help="write the recorded samples to this JSON file")
+    ap.add_argument("--cold", action="store_true", help="every sample a fresh process (no warm server)")
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
@@ -172,7 +193,7 @@ def main() -> None:
             for d in sides.values():
                 run_one(d)  # page cache
             t0 = time.monotonic()
-            values = record(sides, args.trials * CHUNK, args.seed, log)
+            values = record(sides, args.trials, args.seed, not args.cold, Path(tmp) / "bench", log)
             wall = time.monotonic() - t0
     finally:
         for p in burners:
@@ -180,7 +201,8 @@ def main() -> None:
             p.wait()
     if args.save:
         Path(args.save).write_text(json.dumps(values))
-    emit = lambda **kw: print(json.dumps({**kw, "load": args.load, "trials": args.trials}))  # noqa: E731
+    mode = "cold" if args.cold else "warm"
+    emit = lambda **kw: print(json.dumps({**kw, "load": args.load, "trials": args.trials, "processes": mode}))  # noqa: E731
 
     # noise figures: per-side CV, and the std of the per-round log ratios (what the paired test sees)
     b = np.asarray(values["baseline"])
@@ -221,7 +243,7 @@ def main() -> None:
             rows.append((truth, rule, rate, wilson(k, args.trials), dict(counts),
                          f"{np.mean(pairs):.1f}" if rule == "ours" else ("5" if rule == "GSO" else "20+3")))
 
-    print(f"\n{args.trials} trials per row, load={args.load} busy processes, min_effect={args.min_effect}, "
+    print(f"\n{args.trials} trials per row, {mode} bench processes, load={args.load} busy processes, min_effect={args.min_effect}, "
           f"recorded in {wall:.0f}s; A/A paired log-ratio sd {np.std(np.log(values['aa']) - np.log(b), ddof=1):.3f}")
     print(f"{'truth':<5} {'rule':<9} {'rate':>6} {'95% CI':>16} {'pairs':>6}  verdicts")
     for truth, rule, rate, ci, counts, pairs_s in rows:

@@ -16,6 +16,7 @@ from agent.checks import FULL, Checker, SamplingPolicy, summarize
 from agent.checks.lock import device_lock, lock_path
 from agent.checks.perf import parse_metric, sample
 from agent.checks.stats import sequential_alpha
+from agent.env.warm import WarmPython
 from agent.task import PerfSpec
 from helpers import make_patch, make_task
 
@@ -94,9 +95,15 @@ def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
 
     rng = random.Random(0)
 
-    def bench(self, side, root, spec):
-        return values[side] * (1 + 0.002 * rng.random()), "ms"
-    monkeypatch.setattr(Checker, "_bench", bench)
+    class Bench:
+        mode = "a fake bench"
+
+        def __call__(self, side, root, spec):
+            return values[side] * (1 + 0.002 * rng.random()), "ms"
+
+        def close(self):
+            pass
+    monkeypatch.setattr(Checker, "_bench", lambda self, sides: Bench())
     return Checker(load_task(tmp_path / "task.toml"), tmp_path / "work", lock_dir=tmp_path / "locks", seed=2), src
 
 
@@ -104,8 +111,8 @@ def test_the_fraction_of_the_reference_is_given_only_for_a_significant_speedup(t
     c, src = _checker_with_fake_bench(tmp_path, monkeypatch, {"baseline": 10.0, "candidate": 10.0, "reference": 5.0})
     with c:
         same = c.evaluate(make_patch(src, tmp_path, SAME), perf=True, reference=True)
-        # stopped after 5 pairs (precise), where the reference cannot be significant yet: inconclusive
-        assert same.perf.verdict == "no significant change" and same.reference.verdict == "inconclusive"
+        # stopped as soon as precise; the reference's 2x is measured, but no share of it is claimed
+        assert same.perf.verdict == "no significant change" and same.perf.stop_reason.startswith("precise after")
         assert same.reference.speedup == pytest.approx(2.0, rel=0.01) and same.reference.fraction_of_reference is None
         assert "n/a (only for a significant speedup)" in summarize(same)
     c, src = _checker_with_fake_bench(tmp_path / "b", monkeypatch,
@@ -113,7 +120,7 @@ def test_the_fraction_of_the_reference_is_given_only_for_a_significant_speedup(t
     with c:
         ev = c.evaluate(make_patch(src, tmp_path, FASTER), perf=True, reference=True)
     assert ev.perf.verdict == "faster" and ev.perf.stop_reason == f"significant after {ev.perf.n_pairs} pairs"
-    assert ev.perf.cv is not None and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs)
+    assert ev.perf.cv is not None and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs, looks=FULL.looks)
     assert ev.reference.fraction_of_reference == pytest.approx((ev.speedup - 1) / (ev.reference.speedup - 1))
     assert ev.reference.fraction_of_reference == pytest.approx(0.25, rel=0.05)
 
@@ -170,6 +177,8 @@ def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
         assert ev.verdict == "pass" and ev.perf.error is None, summarize(ev)
         assert 5 <= ev.perf.n_pairs <= 20 and ev.perf.warmups_discarded == 1 and len(ev.perf.warmup_samples["baseline"]) == 1
         assert ev.perf.stop_reason and ev.perf.cv is not None, summarize(ev)
+        # both sides' samples are children of one server, or (no bubblewrap) all fresh processes
+        assert ev.perf.processes == ("forked from one warm server" if WarmPython.available() else "fresh processes")
         verdicts.append(ev.perf.verdict)
     assert set(verdicts) <= {"no significant change", "inconclusive", "faster", "slower"}, verdicts
     assert sum(v in ("faster", "slower") for v in verdicts) <= 1, verdicts

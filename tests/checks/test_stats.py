@@ -119,8 +119,10 @@ def test_pairing_cancels_drift_that_hides_the_change_from_an_unpaired_comparison
 
 
 def test_sequential_alpha_reproduces_its_table():
-    for (lo, hi, alpha), level in _SEQUENTIAL_ALPHA.items():
-        assert sequential_alpha(lo, hi, alpha, cached=False) == level
+    for (lo, hi, alpha, looks), level in _SEQUENTIAL_ALPHA.items():
+        assert sequential_alpha(lo, hi, alpha, looks=looks, cached=False) == level
+    # fewer looks, a higher level: 7 pairs all one way (p = 2/128) can be called
+    assert sequential_alpha(5, 20, looks=(7, 8, 10, 12, 15, 20)) > 2 / 128 > sequential_alpha(5, 20)
     assert sequential_alpha(6, 6) == pytest.approx(0.0625)  # one look: 2/64 (all six one way) is < 0.0625
 
 

@@ -69,8 +69,8 @@ def test_cpu_wall_clock_times_a_busy_wait():
     assert min(times) >= 5.0  # the wait itself; perf_counter cannot come in under it
     assert statistics.median(times) < 150  # the 200 ms untimed setup is not in it
     line = json.loads(out.splitlines()[-1])
-    assert line == {"metric": "spin_ms", "value": round(statistics.median(times), 6), "unit": "ms",
-                    "timer": "wall-clock"}
+    assert line == {"metric": "spin_ms", "value": round(min(times), 6), "unit": "ms",
+                    "median": round(statistics.median(times), 6), "timer": "wall-clock"}
     assert parse_metric(out, "spin_ms") == (line["value"], "ms")  # the harness still reads it
 
 
