@@ -37,7 +37,7 @@ from agent.checks.stats import preload as preload_stats
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
 from agent.env.sandbox import base_env, run_command
-from agent.task import PerfSpec, Task
+from agent.task import Task
 from agent.env.workspace import PatchError, Workspace
 from agent.util.files import empty_folder
 from agent.util.text import tail
