@@ -297,14 +297,15 @@ class Checker:
         # a GPU, where two test processes could exhaust device memory.
         parallel = spec.poison and not ev.environment.gpu
         self.log(f"tests{' (plain + poisoned, in parallel)' if parallel else ''}: {spec.command}")
-        if parallel:
-            with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            found = pool.submit(_find_read_sites, cand.root, changed)  # static, while the tests run
+            if parallel:
                 plain, poison = pool.map(run, ["plain", "poison"])
-        else:
-            plain, poison = run("plain"), None
-            if spec.poison and plain.passed:
-                self.log("tests, poisoned (uninitialised memory = NaN / max int)")
-                poison = run("poison")
+            else:
+                plain, poison = run("plain"), None
+                if spec.poison and plain.passed:
+                    self.log("tests, poisoned (uninitialised memory = NaN / max int)")
+                    poison = run("poison")
         ev.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)
         if not plain.passed:
             ev.reasons.append("tests fail" + _ids(plain))
@@ -321,7 +322,7 @@ class Checker:
             rec = coverage.recorded(lines_dir) if lines_dir is not None else coverage.Recorded(lines={})
             ev.coverage = coverage.classify(cand.root, changed, rec)
             if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
-                ev.read_sites = _read_sites(cand.root, changed, rec)
+                ev.read_sites = _read_sites(cand.root, found.result(), rec)
 
     def _sides(self, cand: Workspace, reference: bool) -> dict[str, Path]:
         sides = {"baseline": self.baseline().root, "candidate": cand.root}
@@ -450,17 +451,24 @@ def _uninitialised_allocations(root: Path, changed: list[FileLines]) -> dict[str
     return out
 
 
-def _read_sites(root: Path, changed: list[FileLines], rec: coverage.Recorded) -> list[ReadSiteResult]:
-    """Every read of a buffer the patch allocates uninitialised (static analysis), and whether the tests
-    ran it: a read no test reaches is a path on which nothing shows the buffer is written first."""
-    out: list[ReadSiteResult] = []
+def _find_read_sites(root: Path, changed: list[FileLines]) -> dict[str, dict]:
+    """Every read of a buffer the patch allocates uninitialised (static analysis), per file."""
+    out = {}
     for path, (text, allocs) in _uninitialised_allocations(root, changed).items():
+        try:
+            out[path] = read_sites(text, allocs, path)
+        except cst.ParserSyntaxError:
+            continue
+    return out
+
+
+def _read_sites(root: Path, found_in: dict[str, dict], rec: coverage.Recorded) -> list[ReadSiteResult]:
+    """Whether the tests ran each read site: one no test reaches is a path on which nothing shows
+    the buffer is written first."""
+    out: list[ReadSiteResult] = []
+    for path, found in found_in.items():
         ran = coverage.statements_run(root / path, rec)
         if ran is None:
-            continue
-        try:
-            found = read_sites(text, allocs, path)
-        except cst.ParserSyntaxError:
             continue
         for line, sites in sorted(found.items()):
             out += [ReadSiteResult(buffer=f"{path}:{line}", line=s.line, function=s.function, how=s.how,

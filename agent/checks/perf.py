@@ -127,11 +127,12 @@ class Bench:
     side's checkout is read-only. The child imports its side's code from scratch. Every child
     shares the server's memory layout, which biases timings by up to 0.88x-1.15x between two
     servers; one server for all sides makes that bias common to a round's samples, so it cancels
-    in their ratios. After each child the server kills what it left running and empties /tmp,
-    /dev/shm, HOME and its own folder, so a candidate cannot leave anything for the baseline.
+    in their ratios. After each child the server kills what it left running, empties /tmp,
+    /dev/shm, HOME and its own folder, restores /dev and removes SysV IPC objects, so a candidate
+    cannot leave anything for the baseline (or for its own next sample, a cache).
     Cold (`run_bench`): where the command is not plain Python, there is no bubblewrap, or the
-    warm server failed: the server died, a child left files it could not remove, or the bench
-    fails forked but not from scratch. Then `RoundLost` is raised and that round is run again,
+    warm server failed: the server died, a child left something it could not remove, or the
+    bench fails forked but not from scratch. Then `RoundLost` is raised and that round is run again,
     cold like every later one, so no round mixes the two.
     """
 
