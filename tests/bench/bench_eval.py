@@ -1,8 +1,9 @@
 """Where one grading's time goes: `python tests/bench/bench_eval.py [TASK] [--patch FILE] [--cold]`.
 
-Grades the task's reference patch (or --patch) three ways on a fresh checker each: a full
-evaluation with the reference measured alongside (the final grading), a quick one (the agent's
-run_checks), and an empty diff (must be "no-change" at once). Prints one JSON line per grading,
+Grades the task's reference patch (or --patch) on a fresh checker each: a full evaluation with
+the reference measured alongside (the final grading), the same again on a checker that has
+graded once (its test interpreters started), a quick one (the agent's run_checks), and an empty
+diff (must be "no-change" at once). Prints one JSON line per grading,
 {"metric", "value", "unit"} plus the time of each phase, then a table. `--cold` starts every
 process afresh (no warm interpreter: every test run and bench sample a fresh process).
 """
@@ -32,13 +33,17 @@ def phases(ev: Evaluation, wall: float) -> dict[str, float]:
             "workspaces": round(max(0.0, wall - tests - perf - lock), 2)}
 
 
-def grade(task, patch: str, *, quick: bool, reference: bool, warm: bool) -> dict:
+def grade(task, patch: str, *, quick: bool, reference: bool, warm: bool, again: bool = False) -> dict:
+    """One grading on a fresh checker; `again`: the second of two on one checker (its test
+    interpreters already started, as for every check of an agent's run after its first)."""
     with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks", warm=warm) as c:
+        if again:
+            c.evaluate(patch, quick=quick, reference=reference)
         t = time.monotonic()
         ev = c.evaluate(patch, quick=quick, reference=reference)
         wall = time.monotonic() - t
     p = ev.perf
-    name = "no_change" if not patch.strip() else ("quick" if quick else "full")
+    name = "no_change" if not patch.strip() else ("quick" if quick else "full") + ("_again" if again else "")
     return {"metric": f"eval_{name}_s", "value": round(wall, 2), "unit": "s", "verdict": ev.verdict,
             "perf_verdict": p and p.verdict, "pairs": p and p.n_pairs, "speedup": ev.speedup,
             "reference_speedup": ev.reference and ev.reference.speedup, "processes": p and p.processes,
@@ -54,14 +59,15 @@ def main() -> None:
     task = load_task(args.task)
     patch = Path(args.patch or task.reference_patch).read_text()
     rows = [grade(task, patch, quick=False, reference=True, warm=not args.cold),
+            grade(task, patch, quick=False, reference=True, warm=not args.cold, again=True),
             grade(task, patch, quick=True, reference=False, warm=not args.cold),
             grade(task, "", quick=False, reference=True, warm=not args.cold)]
     for r in rows:
         print(json.dumps(r))
     print(f"\n{task.id} on {os.cpu_count()} cores; bench samples: {rows[0]['processes']}")
-    print(f"{'grading':<12}{'wall s':>8}{'tests':>8}{'perf':>8}{'lock':>8}{'other':>8}  pairs  verdict")
+    print(f"{'grading':<14}{'wall s':>8}{'tests':>8}{'perf':>8}{'lock':>8}{'other':>8}  pairs  verdict")
     for r in rows:
-        print(f"{r['metric'][5:-2]:<12}{r['value']:>8}{r['tests']:>8}{r['perf']:>8}{r['lock_wait']:>8}"
+        print(f"{r['metric'][5:-2]:<14}{r['value']:>8}{r['tests']:>8}{r['perf']:>8}{r['lock_wait']:>8}"
               f"{r['workspaces']:>8}  {r['pairs'] or '-':>5}  {r['verdict']} {r['perf_verdict'] or ''}")
 
 
