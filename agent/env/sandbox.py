@@ -8,7 +8,9 @@ With bubblewrap (Debian package `bubblewrap`) every command gets:
 - the workspace's `.git` read-only, so nothing the command does can plant git config or hooks;
 - its own PID namespace and /proc: no harness process is visible (no /proc/<pid>/environ, no
   nsenter, no kill), and when the command ends every process it started ends with it;
-- no network, no shared IPC, and limits on memory, file size, processes and CPU time.
+- no network, no shared IPC, no kernel keyrings (a seccomp filter: the user keyring is the
+  host's, so a key added in one sandbox would be found in the next and by the host), and
+  limits on memory, file size, processes and CPU time.
 
 Output goes through a pipe to a reader that keeps only the head and the tail, so a command
 that prints gigabytes costs a bounded amount of memory. Where bubblewrap cannot run, the
@@ -18,9 +20,11 @@ strongest fallback is used and `isolation().missing` says exactly what was not i
 from __future__ import annotations
 
 import os
+import platform
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -111,18 +115,62 @@ class CommandResult:
 def isolation() -> Isolation:
     """The strongest isolation this machine allows, probed once by running a real sealed command."""
     probe_dir = Path(os.path.realpath(os.getcwd()))
-    if shutil.which("bwrap") and _probe(_bwrap_argv(probe_dir, (), {}) + ["true"]):
+    if shutil.which("bwrap") and _probe_bwrap(probe_dir):
         return Isolation("bwrap", ())
     if shutil.which("unshare") and _probe(["unshare", "-n", "true"]):
         return Isolation("unshare", (NOT_ISOLATED["filesystem"], NOT_ISOLATED["processes"]))
     return Isolation("none", tuple(NOT_ISOLATED.values()))
 
 
-def _probe(argv: list[str]) -> bool:
+def _probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(argv, capture_output=True, timeout=20, pass_fds=pass_fds).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def _probe_bwrap(cwd: Path) -> bool:
+    fd = seccomp_fd()
+    try:
+        return _probe(_bwrap_argv(cwd, (), {}, seccomp=fd) + ["true"], (fd,) if fd is not None else ())
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# -- the seccomp filter: classic BPF over (syscall number, architecture) ---------------------------
+# add_key, request_key and keyctl per architecture: the user keyring belongs to the uid, shared with
+# the host and every other sandbox, a channel no folder or namespace here closes.
+_KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+_X32_BIT = 0x40000000  # x86_64's x32 ABI numbers the same calls from here up
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The filter bwrap installs (`--seccomp FD`): the keyring calls, any other architecture's calls
+    (i386 via int 0x80) and x86_64's x32 calls fail with EPERM; None where we have no table."""
+    table = _KEYRING_SYSCALLS.get(machine or platform.machine())
+    if table is None:
+        return None
+    arch, (add_key, request_key, keyctl) = table
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    x32 = _X32_BIT if arch == 0xC000003E else 0xFFFFFFFF
+    program = [(ld, 0, 0, 4), (jeq, 0, 6, arch),  # seccomp_data.arch
+               (ld, 0, 0, 0), (jge, 4, 0, x32),   # seccomp_data.nr
+               (jeq, 3, 0, add_key), (jeq, 2, 0, request_key), (jeq, 1, 0, keyctl),
+               (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in program)
+
+
+def seccomp_fd() -> int | None:
+    """A readable fd holding the filter, for `--seccomp`; the caller passes it on and closes it."""
+    program = seccomp_program()
+    if program is None:
+        return None
+    fd = os.memfd_create("perfagent-seccomp")
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None) -> dict[str, str]:
@@ -141,8 +189,11 @@ def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None
 
 
 # -- the bubblewrap command line ----------------------------------------------------------------
-def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: tuple[Path, ...] = ()) -> list[str]:
+def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: tuple[Path, ...] = (),
+                seccomp: int | None = None) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if seccomp is not None:
+        argv += ["--seccomp", str(seccomp)]
     for tmp in PRIVATE_TMPS:
         argv += ["--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
@@ -207,10 +258,12 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
 
 
 def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
-          env: dict[str, str], limits: ResourceLimits, timeout_s: float) -> list[str]:
+          env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: int | None = None) -> list[str]:
+    """The command line that runs `command` sealed; `seccomp`: an fd from `seccomp_fd`, which the
+    process started with this command line must inherit (Popen's pass_fds)."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return _bwrap_argv(cwd, writable, env, readable) + shell
+        return _bwrap_argv(cwd, writable, env, readable, seccomp) + shell
     if mode == "unshare":
         return ["unshare", "-n", "--", *shell]
     return shell
@@ -276,18 +329,22 @@ def run_command(
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
     mode = isolation().mode
+    seccomp = seccomp_fd() if mode == "bwrap" else None
     argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
-                 timeout_s)
+                 timeout_s, seccomp)
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
-                                stderr=write_fd, start_new_session=True)  # own group: a timeout kills all
+                                stderr=write_fd, start_new_session=True,  # own group: a timeout kills all
+                                pass_fds=(seccomp,) if seccomp is not None else ())
     except BaseException:
         os.close(read_fd)
         raise
     finally:
         os.close(write_fd)
+        if seccomp is not None:
+            os.close(seccomp)
     reader = _CappedReader(read_fd, max_output)
     reader.start()
     timed_out = cancelled = False

@@ -264,10 +264,11 @@ else:
 
 
 @needs_warm
-@pytest.mark.parametrize("kind", ["sysv shm", "sysv msg", "sysv sem", "posix mqueue"])
+@pytest.mark.parametrize("kind", ["sysv shm", "sysv msg", "sysv sem", "posix mqueue", "keyring"])
 def test_a_candidate_cannot_keep_a_cache_in_ipc_objects_between_its_samples(tmp_path, bench_for, kind):
     """The candidate stores its 'result' in a SysV shared memory segment, message queue or semaphore
-    set (or a POSIX message queue) with a fixed key on its first run and looks for it on its second."""
+    set, a POSIX message queue or the kernel keyring, under a fixed name on its first run, and looks
+    for it on its second."""
     sides = make_sides(tmp_path, candidate='''
 import ctypes, ctypes.util
 kind = %r
@@ -278,6 +279,12 @@ if kind.startswith("sysv"):
            "sysv sem": lambda flags: libc.semget(0x5eed, 1, flags)}[kind]
     found = get(0) >= 0
     made = found or get(0o1600) >= 0
+elif kind == "keyring":  # the uid's user keyring, shared by every sandbox and the host
+    import platform
+    libc.syscall.restype = ctypes.c_long
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(platform.machine(), (-1, -1))
+    found = libc.syscall(keyctl, 10, ctypes.c_long(-4), b"user", b"perfagent-bench-cache", 0) >= 0
+    made = found or libc.syscall(add_key, b"user", b"perfagent-bench-cache", b"x", 1, ctypes.c_long(-4)) >= 0
 else:
     rt = ctypes.CDLL(ctypes.util.find_library("rt"))  # mq_open: librt, or libc from glibc 2.34 on
     found = rt.mq_open(b"/perfagent-cache", os.O_RDONLY) >= 0
@@ -289,7 +296,7 @@ report(-1.0 if not made else 1.0 if found else 0.0)
     assert second != 1.0, f"the second sample found the first one's {kind}"
     if kind.startswith("sysv"):
         assert first == 0.0 and bench.mode == FORKED, "the object is removed, and the server stays in use"
-    else:  # they cannot be listed to remove them: a child of the server cannot make one
+    else:  # queues cannot be listed to remove them, keys belong to the host: neither can be made
         assert first == -1.0
 
 

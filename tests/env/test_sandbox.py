@@ -167,3 +167,42 @@ def test_tools_on_path_under_a_hidden_folder_stay_usable(tmp_path):
     env["PATH"] = f"{tools}:{env['PATH']}"
     res = run_command(f"mytool; touch {tools}/x", ws, env=env)
     assert "tool-ran" in res.output and not (tools / "x").exists()
+
+
+KEYRING_PROBE = '''import ctypes, platform, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+KEYCTL_SEARCH, USER_KEYRING = 10, ctypes.c_long(-4)
+name = sys.argv[1].encode()
+if libc.syscall(keyctl, KEYCTL_SEARCH, USER_KEYRING, b"user", name, 0) >= 0:
+    print("FOUND")
+elif libc.syscall(add_key, b"user", name, b"cached result", 13, USER_KEYRING) >= 0:
+    print("STORED")
+else:
+    print("REFUSED", ctypes.get_errno())
+'''
+
+
+@sealed
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="no syscall table for this machine")
+def test_a_command_cannot_keep_a_key_in_the_kernel_keyring(tmp_path):
+    """Attack: a bench caches its result in the user keyring (the uid's, shared by every sandbox and the
+    host) on its first run and finds it on its next, or leaves a key the harness's own processes see."""
+    import ctypes
+
+    (tmp_path / "probe.py").write_text(KEYRING_PROBE)
+    name = f"perfagent-redteam-{os.getpid()}"
+    libc = ctypes.CDLL(None)
+    libc.syscall.restype = ctypes.c_long
+    keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+    try:
+        first = run_command(f"python probe.py {name}", tmp_path, timeout_s=60)
+        second = run_command(f"python probe.py {name}", tmp_path, timeout_s=60)
+        on_host = libc.syscall(keyctl, 10, ctypes.c_long(-4), b"user", name.encode(), 0)
+    finally:
+        key = libc.syscall(keyctl, 10, ctypes.c_long(-4), b"user", name.encode(), 0)
+        if key >= 0:
+            libc.syscall(keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave nothing behind
+    assert "REFUSED 1" in first.output, first.output  # EPERM from the seccomp filter
+    assert "FOUND" not in second.output and on_host < 0, "a key outlived its sandbox"
