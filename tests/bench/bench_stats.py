@@ -14,7 +14,7 @@ non-overlapping chunks of 23 rounds, each an independent trial, and on the same 
   - SWE-Perf's: 3 warm-ups + 20 runs per side, IQR outlier filter, one-sided Mann-Whitney p < 0.1.
 Prints JSON lines {"metric", "value", ...} (rates with 95% Wilson intervals, noise figures) and a
 table. `--load N` runs N busy processes alongside (a competing CPU load; default 2 = the cores).
-`--task` measures the bundled task's own bench (init_ms, ~3 s a process) instead of the spin,
+`--task` measures the bundled task's own bench (init_ms, ~0.4 s a forked sample) instead of the spin,
 with the effect a busy-wait of 5% / 10% of the baseline's time at the top of the measured function.
 """
 
