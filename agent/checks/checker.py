@@ -334,7 +334,7 @@ class Checker:
     def _bench(self, sides: dict[str, Path]) -> Bench:
         assert self.task.spec.perf is not None
         return Bench(self.task.spec.perf, sides, self.workdir / "bench", bin_dir=self.interpreter().bin_dir,
-                     warm=self.warm, log=self.log)
+                     warm=self.warm)
 
     def _perf(self, ev: Evaluation, sides: dict[str, Path], bench: Bench, *, quick: bool, reference: bool) -> None:
         spec = self.task.spec.perf

@@ -21,10 +21,10 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
-from agent.env.sandbox import base_env, run_command, scratch_places
+from agent.env.sandbox import CommandResult, base_env, run_command, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python
 from agent.task import PerfSpec
 from agent.util.text import tail
@@ -110,7 +110,7 @@ def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None
     return _metric(side, res, spec)
 
 
-def _metric(side: str, res, spec: PerfSpec) -> tuple[float, str | None]:
+def _metric(side: str, res: CommandResult, spec: PerfSpec) -> tuple[float, str | None]:
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
@@ -137,19 +137,19 @@ class Bench:
     """
 
     def __init__(self, spec: PerfSpec, sides: dict[str, Path], scratch: Path, *, bin_dir: Path | None = None,
-                 warm: bool = True, log: Callable[[str], None] = lambda _: None):
-        self.bin_dir, self.log = bin_dir, log
+                 warm: bool = True):
+        self.bin_dir = bin_dir
         self.server: WarmPython | None = None
         self.mode = "fresh processes"  # how the samples were started, for the report
-        cmd = parse_python(spec.command)
+        self.cmd = cmd = parse_python(spec.command)
         if warm and cmd is not None and WarmPython.available():
             scratch.mkdir(parents=True, exist_ok=True)
-            self.cmd, self.mode = cmd, "forked from one warm server"
+            self.mode = "forked from one warm server"
             self.server = WarmPython(cmd.interpreter, scratch, env=base_env(bin_dir=bin_dir),
                                      readable=tuple(sides.values()), wipe=(*scratch_places(), str(scratch)))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
-        if self.server is None:
+        if self.server is None or self.cmd is None:
             return run_bench(side, root, spec, self.bin_dir)
         try:
             res = self.server.run(self.cmd, timeout_s=spec.timeout_s, env={"PYTHONPATH": str(root)}, cwd=root,
@@ -157,7 +157,7 @@ class Bench:
         except WarmError as e:
             self._cold(f"the warm bench server ended ({e})")
         if not self.server.clean:
-            self._cold(f"the {side} bench left files behind that could not be removed")
+            self._cold(f"the {side} bench left something behind that could not be removed")
         try:
             return _metric(side, res, spec)
         except BenchError as e:
@@ -166,7 +166,7 @@ class Bench:
             run_bench(side, root, spec, self.bin_dir)  # raises if it fails from scratch as well
             self._cold(f"the {side} bench fails forked ({tail(str(e), 300)}) but not from scratch")
 
-    def _cold(self, why: str):
+    def _cold(self, why: str) -> NoReturn:
         self.close()
         self.mode = f"forked from one warm server, then fresh processes: {why}"
         raise RoundLost(why)

@@ -145,6 +145,7 @@ _KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC000
 _X32_BIT = 0x40000000  # x86_64's x32 ABI numbers the same calls from here up
 
 
+@lru_cache(maxsize=None)
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter bwrap installs (`--seccomp FD`): the keyring calls, any other architecture's calls
     (i386 via int 0x80) and x86_64's x32 calls fail with EPERM; None where we have no table."""
