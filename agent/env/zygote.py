@@ -70,36 +70,30 @@ def _sweep(keep):
 
 def _wipe(folder):
     """Remove everything under `folder` but the sandbox's mount points and the folders that lead
-    to them; True if nothing a child made is left."""
+    to them; (nothing a child made is left, some mount point lies below)."""
     if not os.path.isdir(folder):
-        return True
-    clean = True
+        return True, False
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return False
+        return False, False
+    clean, mounts = True, False
     for entry in entries:
         if os.path.ismount(entry.path):
+            mounts = True
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
                 os.chmod(entry.path, 0o700)  # a child may have made it unreadable
-                clean = _wipe(entry.path) and clean
-                if not _has_mounts(entry.path):
+                sub_clean, sub_mounts = _wipe(entry.path)
+                clean, mounts = clean and sub_clean, mounts or sub_mounts
+                if not sub_mounts:
                     os.rmdir(entry.path)
             else:
                 os.unlink(entry.path)
         except OSError:
             clean = False
-    return clean
-
-
-def _has_mounts(folder):
-    """Whether some mount point lies below `folder` (a bind the sandbox made, not a child's file)."""
-    for sub, dirs, _ in os.walk(folder):
-        if any(os.path.ismount(os.path.join(sub, d)) for d in dirs):
-            return True
-    return False
+    return clean, mounts
 
 
 def _dev_entries():
@@ -120,7 +114,7 @@ def _restore_dev(before):
             continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
-                clean = _wipe(path) and clean
+                clean = _wipe(path)[0] and clean
                 os.rmdir(path)
             else:
                 os.unlink(path)
@@ -305,7 +299,7 @@ def main():
         result["duration_s"] = time.monotonic() - start
         _sweep(keep)
         if wipe:
-            result["clean"] = all([*(_wipe(w) for w in wipe), _restore_dev(dev), _remove_sysv_ipc()])
+            result["clean"] = all([*(_wipe(w)[0] for w in wipe), _restore_dev(dev), _remove_sysv_ipc()])
         reply(result)
 
 
