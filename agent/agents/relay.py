@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socketserver
+import sys
 import threading
 import time
 import uuid
@@ -188,6 +189,11 @@ def responses_usage(usage: dict[str, Any]) -> Usage:
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """An agent dropping a kept-alive connection is routine, not a traceback on the user's terminal."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 class Relay:
     """The host side: a threaded HTTP server on a Unix socket the sandbox has bound in.
@@ -290,16 +296,17 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                 relay.record({"event": "response", "id": rid, "error": f"{type(e).__name__}: {e}"})
                 return self._error(502, f"perfagent relay: upstream unreachable: {type(e).__name__}")
             self._meter(rid, route, resp, raw, time.monotonic() - start)
+            self._end_chunks()  # only now: an agent that exits on its last answer must find it metered
 
         def _relay_response(self, resp: httpx.Response) -> bytes:
-            """Send the upstream answer on as it arrives (chunked); keep what is read for metering."""
+            """Send the upstream answer on as it arrives (chunked, unterminated); keep what is read for metering."""
             self.send_response(resp.status_code)
             for k, v in resp.headers.multi_items():
                 if k.lower() not in NOT_FORWARDED["response"]:
                     self.send_header(k, v)
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            kept = bytearray()
+            kept, self.hung_up = bytearray(), False
             try:
                 for chunk in resp.iter_bytes():
                     if len(kept) < MAX_PARSED:
@@ -307,11 +314,18 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                     if chunk:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = self.hung_up = True  # what came is still metered
+            return bytes(kept)
+
+        def _end_chunks(self) -> None:
+            if self.hung_up:
+                return
+            try:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the agent hung up; what came is still metered
-            return bytes(kept)
+                self.close_connection = True
 
         def _meter(self, rid: str, route: str, resp: httpx.Response, raw: bytes, duration_s: float) -> None:
             is_sse = "text/event-stream" in resp.headers.get("content-type", "")

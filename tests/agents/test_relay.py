@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import httpx
@@ -25,12 +26,17 @@ def relay_for(tmp_path, fake_server, monkeypatch):
     """relay_for(provider, **meter) -> (relay, records): a started relay in front of the fake server."""
     started = []
 
-    def start(provider: str, **meter_args) -> tuple[Relay, list[dict]]:
+    def start(provider: str, slow_log_s: float = 0.0, **meter_args) -> tuple[Relay, list[dict]]:
         monkeypatch.setenv("ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY", SECRET)
         base = fake_server.url if provider == "anthropic" else fake_server.openai_url
         records: list[dict] = []
+
+        def log(record: dict) -> None:
+            time.sleep(slow_log_s)
+            records.append(record)
+
         relay = Relay(Upstream.of(provider, base), Meter(load_prices(), **meter_args), tmp_path / "relay.sock",
-                      log=records.append).__enter__()
+                      log=log).__enter__()
         started.append(relay)
         return relay, records
 
@@ -91,6 +97,36 @@ def test_openai_sdk_through_the_relay_counts_streamed_usage(relay_for, fake_serv
     assert fake_server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
     assert relay.meter.usage_by_model["gpt-4o"] == Usage(input_tokens=700, output_tokens=20, cache_read=300)
     assert relay.meter.requests == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_is_metered_and_logged_before_the_agent_has_all_of_it(relay_for, fake_server, stream):
+    """An agent may exit on its last answer and the relay close at once: nothing may be counted after that."""
+    relay, records = relay_for("openai", slow_log_s=0.3)
+    fake_server.script([reply("done", usage={"input_tokens": 10, "output_tokens": 2})])
+    with client_over(relay) as http:
+        answer = http.post("http://relay/v1/chat/completions", json={"model": "gpt-4o", "stream": stream,
+                                                                      "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 200
+    assert relay.meter.usage_by_model == {"gpt-4o": Usage(input_tokens=10, output_tokens=2)}
+    assert [r["event"] for r in records] == ["request", "response"]
+
+
+def test_an_agent_resetting_its_connection_prints_no_traceback(relay_for, fake_server, capfd):
+    import socket
+
+    relay, _ = relay_for("openai")
+    fake_server.script([reply("done")])
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with socket.socket(socket.AF_UNIX) as raw:  # closed with its answer unread: the relay's next read is reset
+        raw.connect(str(relay.socket_path))
+        raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: relay\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body))
+        time.sleep(0.5)
+    time.sleep(0.3)
+    with client_over(relay) as http:  # and the relay still serves
+        assert http.post("http://relay/v1/files", json={}).status_code == 404
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_other_hosts_and_paths_are_refused_and_recorded(relay_for, fake_server):
