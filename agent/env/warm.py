@@ -26,6 +26,7 @@ from agent.env.sandbox import DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits,
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180
+POLL_S = 0.25  # how often a wait for a reply looks whether the server was stopped
 _INTERPRETER = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?$")
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
 
@@ -59,6 +60,29 @@ def parse_python(command: str) -> PythonCommand | None:
     return None
 
 
+def _descendants(root: int) -> list[int]:
+    """`root` and every process below it, from /proc's children lists."""
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 class WarmError(Exception):
     """The server could not start or died; callers fall back to a cold process."""
 
@@ -77,6 +101,7 @@ class WarmPython:
         self._lock = threading.Lock()
         self._ready = False
         self._dead: str | None = None
+        self._server_pids: list[int] = []
         self.clean = True  # after the last child: its writable places emptied (see `wipe`)
         env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe)}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
@@ -96,8 +121,19 @@ class WarmPython:
         return isolation().mode == "bwrap" and os.environ.get("PERFAGENT_WARM", "1") != "0"
 
     def _read(self, timeout_s: float) -> dict:
+        """The server's next reply line. A child can SIGSTOP the server, its parent, which then
+        enforces no timeout: seen stopped, the server counts as dead at once."""
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, min(POLL_S, left)))
+            if ready or left <= POLL_S:
+                break
+            if any(_stopped(pid) for pid in self._server_pids):
+                self.close()
+                self._dead = "the warm interpreter was stopped"
+                raise WarmError(self._dead)
         line = self.proc.stdout.readline() if ready else b""
         if not line:
             self.close()
@@ -109,6 +145,7 @@ class WarmPython:
         if not self._ready:
             hello = self._read(START_TIMEOUT_S)
             self.preloaded, self._ready = hello.get("preloaded", []), True
+            self._server_pids = _descendants(self.proc.pid)  # no child forked yet: all the server's
 
     def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
             max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = ()) -> CommandResult:

@@ -324,6 +324,23 @@ def test_a_candidate_that_kills_the_server_sends_the_bench_cold(tmp_path, bench_
 
 
 @needs_warm
+def test_a_candidate_that_stops_the_server_sends_the_bench_cold_at_once(tmp_path, bench_for):
+    """SIGSTOPped, the server can enforce no timeout: its call is lost within seconds (not the
+    bench's timeout and then some), and later samples run cold."""
+    import time
+
+    stopper = "if forked():\n    os.kill(os.getppid(), 19)  # SIGSTOP\n    time.sleep(5)\nreport(2.0)\n"
+    sides = make_sides(tmp_path, baseline="report(1.0 + (0.5 if forked() else 0))\n", candidate=stopper)
+    bench = bench_for(sides)
+    assert call(bench, sides, "baseline") == 1.5
+    start = time.monotonic()
+    with pytest.raises(RoundLost, match="was stopped"):
+        call(bench, sides, "candidate")
+    assert time.monotonic() - start < SPEC.timeout_s
+    assert call(bench, sides, "candidate") == 2.0 and call(bench, sides, "baseline") == 1.0
+
+
+@needs_warm
 def test_sampling_reruns_a_lost_round_cold_so_no_pair_mixes_warm_and_cold(tmp_path, bench_for):
     """perf.sample over a Bench whose candidate kills the server on its third sample (the second
     pair): that round is run again cold, as is every later one; each pair is all warm or all cold,
