@@ -23,7 +23,8 @@ USAGE = {"input_tokens": 1200, "output_tokens": 34, "cache_read": 100, "cache_wr
 
 @pytest.fixture
 def relay_for(tmp_path, fake_server, monkeypatch):
-    """relay_for(provider, **meter) -> (relay, records): a started relay in front of the fake server."""
+    """relay_for(provider, slow_log_s=0, **meter) -> (relay, records): a started relay in front of the fake
+    server; `slow_log_s` delays each record, as a busy trajectory writer would."""
     started = []
 
     def start(provider: str, slow_log_s: float = 0.0, **meter_args) -> tuple[Relay, list[dict]]:
