@@ -306,7 +306,7 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                     self.send_header(k, v)
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            kept, self.hung_up = bytearray(), False
+            kept = bytearray()
             try:
                 for chunk in resp.iter_bytes():
                     if len(kept) < MAX_PARSED:
@@ -315,12 +315,10 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = self.hung_up = True  # what came is still metered
+                self.close_connection = True  # the agent hung up; what came is still metered
             return bytes(kept)
 
         def _end_chunks(self) -> None:
-            if self.hung_up:
-                return
             try:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -30,9 +30,11 @@ import sys
 import sysconfig
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
@@ -130,12 +132,8 @@ def _probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> bool:
 
 
 def _probe_bwrap(cwd: Path) -> bool:
-    fd = seccomp_fd()
-    try:
-        return _probe(_bwrap_argv(cwd, (), {}, seccomp=fd) + ["true"], (fd,) if fd is not None else ())
-    finally:
-        if fd is not None:
-            os.close(fd)
+    with seccomp_filter() as seccomp:
+        return _probe(_bwrap_argv(cwd, (), {}, seccomp=seccomp) + ["true"], seccomp)
 
 
 # -- the seccomp filter: classic BPF over (syscall number, architecture) ---------------------------
@@ -163,15 +161,21 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
     return b"".join(struct.pack("=HBBI", *ins) for ins in program)
 
 
-def seccomp_fd() -> int | None:
-    """A readable fd holding the filter, for `--seccomp`; the caller passes it on and closes it."""
-    program = seccomp_program()
+@contextmanager
+def seccomp_filter(wanted: bool = True) -> Iterator[tuple[int, ...]]:
+    """The fds, none or one, holding the filter for `--seccomp` (see `_wrap`) while the block runs:
+    the process started in it must inherit them (Popen's pass_fds)."""
+    program = seccomp_program() if wanted else None
     if program is None:
-        return None
+        yield ()
+        return
     fd = os.memfd_create("perfagent-seccomp")
-    os.write(fd, program)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield (fd,)
+    finally:
+        os.close(fd)
 
 
 def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None) -> dict[str, str]:
@@ -191,10 +195,10 @@ def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None
 
 # -- the bubblewrap command line ----------------------------------------------------------------
 def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: tuple[Path, ...] = (),
-                seccomp: int | None = None) -> list[str]:
+                seccomp: tuple[int, ...] = ()) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    if seccomp is not None:
-        argv += ["--seccomp", str(seccomp)]
+    for fd in seccomp:
+        argv += ["--seccomp", str(fd)]
     for tmp in PRIVATE_TMPS:
         argv += ["--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
@@ -259,9 +263,8 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
 
 
 def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
-          env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: int | None = None) -> list[str]:
-    """The command line that runs `command` sealed; `seccomp`: an fd from `seccomp_fd`, which the
-    process started with this command line must inherit (Popen's pass_fds)."""
+          env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
+    """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
         return _bwrap_argv(cwd, writable, env, readable, seccomp) + shell
@@ -330,22 +333,20 @@ def run_command(
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
     mode = isolation().mode
-    seccomp = seccomp_fd() if mode == "bwrap" else None
-    argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
-                 timeout_s, seccomp)
-    start = time.monotonic()
-    read_fd, write_fd = os.pipe()
-    try:
-        proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
-                                stderr=write_fd, start_new_session=True,  # own group: a timeout kills all
-                                pass_fds=(seccomp,) if seccomp is not None else ())
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-        if seccomp is not None:
-            os.close(seccomp)
+    with seccomp_filter(mode == "bwrap") as seccomp:
+        argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
+                     timeout_s, seccomp)
+        start = time.monotonic()
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
+                                    stderr=write_fd, start_new_session=True,  # own group: a timeout kills all
+                                    pass_fds=seccomp)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
     reader = _CappedReader(read_fd, max_output)
     reader.start()
     timed_out = cancelled = False

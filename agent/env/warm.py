@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.env.sandbox import DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, _real, _wrap, isolation, seccomp_fd
+from agent.env.sandbox import DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, _real, _wrap, isolation, seccomp_filter
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180
@@ -105,16 +105,12 @@ class WarmPython:
         self.clean = True  # after the last child: its writable places emptied (see `wipe`)
         env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe)}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
-        seccomp = seccomp_fd()
-        argv = _wrap(command, self.cwd, isolation().mode, _real(writable), (ZYGOTE.parent, *_real(readable)), env,
-                     ResourceLimits.default(), lifetime_s, seccomp)
-        try:
+        with seccomp_filter() as seccomp:
+            argv = _wrap(command, self.cwd, isolation().mode, _real(writable), (ZYGOTE.parent, *_real(readable)),
+                         env, ResourceLimits.default(), lifetime_s, seccomp)
             self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-                                         pass_fds=(seccomp,) if seccomp is not None else ())
-        finally:
-            if seccomp is not None:
-                os.close(seccomp)
+                                         pass_fds=seccomp)
 
     @staticmethod
     def available() -> bool:
