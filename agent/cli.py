@@ -149,6 +149,9 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     from agent.checks import Checker, evaluation_table
 
     task = load_task(args.task)
+    if args.initcheck:
+        correctness = task.spec.correctness.model_copy(update={"initcheck": True})
+        task = task.model_copy(update={"spec": task.spec.model_copy(update={"correctness": correctness})})
     opts = options_from_args(args)
     try:
         patch = Path(args.patch).read_text(encoding="utf-8")
@@ -317,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the evaluation as JSON to FILE (no FILE: to stdout, instead of the table)")
     c.add_argument("--quick", action="store_true", help="fewer perf samples, as the agent's run_checks uses")
     c.add_argument("--no-perf", action="store_true", help="correctness only")
+    c.add_argument("--initcheck", action="store_true",
+                   help="also run the tests under compute-sanitizer --tool initcheck (uninitialised device reads)")
     c.add_argument("--reference", action="store_true", help="also measure the task's reference patch")
     c.add_argument("--seed", type=int, default=None, help="seed for the run order and the bootstrap")
     c.add_argument("--lock-dir", default=None, help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")

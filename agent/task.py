@@ -53,6 +53,8 @@ class CorrectnessSpec(_Spec):
     sanitize: bool | None = None
     # Opaque kernels ("module.function"): every tensor handed to one counts as read by the sanitizer.
     kernels: list[str] = []
+    # Also run the command under compute-sanitizer's initcheck (uninitialised device memory reads; CUDA only).
+    initcheck: bool = False
     timeout_s: float = Field(default=900, gt=0)
 
     @model_validator(mode="after")

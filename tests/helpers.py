@@ -26,6 +26,20 @@ from agent.run.runner import report_of
 from agent.util.files import write_json
 from agent.task import load_task
 
+# -- the bundled target ------------------------------------------------------------------------------
+def all_empty(repo: Path) -> int:
+    """Turn every torch.zeros in target_repo's init_cuda_graph_state into torch.empty (the naive change,
+    several of whose buffers are read before they are written); returns how many."""
+    path = repo / "miniattn" / "flashattention_backend.py"
+    src = path.read_text()
+    start = src.index("    def init_cuda_graph_state")
+    end = src.index("\n    def ", start + 1)
+    body = src[start:end]
+    n = body.count("torch.zeros(")
+    path.write_text(src[:start] + body.replace("torch.zeros(", "torch.empty(") + src[end:])
+    return n
+
+
 # -- real git repos ---------------------------------------------------------------------------------
 AUTHOR = git.Actor("test", "test@localhost")
 

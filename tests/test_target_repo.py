@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import all_empty
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -122,18 +124,6 @@ def test_task_file_is_complete(task_file: Path):
 #
 # Every target-test run is a separate Python process (a few seconds each, mostly importing
 # torch); the module starts them all at once on a small pool and each test waits for its own.
-
-
-def all_empty(repo: Path) -> int:
-    """Turn every torch.zeros in init_cuda_graph_state into torch.empty; returns how many."""
-    path = repo / "miniattn" / "flashattention_backend.py"
-    src = path.read_text()
-    start = src.index("    def init_cuda_graph_state")
-    end = src.index("\n    def ", start + 1)
-    body = src[start:end]
-    n = body.count("torch.zeros(")
-    path.write_text(src[:start] + body.replace("torch.zeros(", "torch.empty(") + src[end:])
-    return n
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,8 @@ from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Environ
 from agent.checks.launch import Launcher
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
-from agent.checks.render import compact_lines, read_line, read_path
+from agent.checks.initcheck import Initcheck
+from agent.checks.render import compact_lines, device_reads_line, read_line, read_path
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.checks.stats import preload as preload_stats
 from agent.env.interpreter import Interpreter, InterpreterError
@@ -69,6 +70,7 @@ class Checker:
         self._interpreter: Interpreter | None = None  # the task's Python (its own venv, if it names one)
         self._slot: Workspace | None = None  # the candidate's folder, reset in place between evaluations
         self._tests: Launcher | None = None  # the slot's test processes (its warm interpreters)
+        self._initchecker: Initcheck | None = None  # compute-sanitizer runs, the baseline's kept
 
     @property
     def protected(self) -> list[str]:
@@ -234,6 +236,8 @@ class Checker:
             threading.Thread(target=preload_stats, daemon=True).start()
         try:
             self._correctness(cand, ev, changed)
+            if self.task.spec.correctness.initcheck and ev.correctness and not ev.correctness.plain.timed_out:
+                self._initcheck(cand, ev)  # evidence beside the tests', whether or not they failed
             if ev.reasons:
                 return self._fail(ev)
             self._judge_evidence(cand, ev, changed)
@@ -265,6 +269,18 @@ class Checker:
             ev.verdict = "unverified"
             ev.reasons.append(f"{site.buffer.rsplit(':', 1)[0]}:{site.line} reads the buffer allocated uninitialised "
                               f"at line {site.buffer.rsplit(':', 1)[1]}{read_path(site)}: no test runs it")
+
+    def _initcheck(self, cand: Workspace, ev: Evaluation) -> None:
+        """The tests under compute-sanitizer's initcheck (CUDA kernels reading device memory nothing
+        wrote), against the baseline's own reads; a read of the patch's is a reason to fail."""
+        if self._initchecker is None:
+            spec = self.task.spec.correctness
+            self._initchecker = Initcheck(spec.command, spec.timeout_s, self.workdir / "initcheck", self.log)
+        ev.initcheck = self._initchecker.check(cand.root, self.baseline().root, lambda root: check_env(
+            root, self._hook_dir(), bin_dir=self.interpreter().bin_dir))
+        if ev.initcheck.reads:
+            ev.reasons.append("uninitialised device reads (compute-sanitizer initcheck): "
+                              + device_reads_line(ev.initcheck.reads))
 
     def _integrity(self, cand: Workspace) -> IntegrityResult:
         """Refusals (test collection, start-up files, shadowing modules) and flags, before anything runs."""
@@ -350,6 +366,7 @@ class Checker:
         with device_lock(device, self.lock_dir, self.log):
             start = time.monotonic()
             result.lock_wait_s = round(start - asked, 2)
+            result.started_at = round(time.time(), 3)
             samples = None
             try:
                 while samples is None and result.error is None:
@@ -366,7 +383,7 @@ class Checker:
             finally:
                 result.processes = bench.mode
                 bench.close()
-        result.duration_s = round(time.monotonic() - start, 2)
+                result.duration_s = round(time.monotonic() - start, 2)  # inside the lock: never overlaps another
         ev.perf = result
         if result.error is not None:
             if result.error_side == "candidate":
@@ -378,7 +395,7 @@ class Checker:
         assert samples is not None and samples.comparison is not None
         c = samples.comparison
         ev.perf = result.model_copy(update={
-            "unit": samples.unit, "baseline_samples": samples.values["baseline"],
+            "unit": samples.unit, "timer": samples.timer, "baseline_samples": samples.values["baseline"],
             "candidate_samples": samples.values["candidate"], "warmup_samples": samples.warmup,
             "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]),
             "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,

@@ -74,6 +74,30 @@ class SanitizerResult(BaseModel):
     note: str | None = None  # why nothing was measured
 
 
+class DeviceRead(BaseModel):
+    """Reads of uninitialised device memory that compute-sanitizer's initcheck reported, per kernel."""
+
+    kernel: str  # the kernel (or the API call, for a host access), offsets and file:line stripped
+    kind: str  # "global read", or "host API access" (a cudaMemcpy of uninitialised device memory)
+    size: int | None = None  # bytes per access, as the tool gave it
+    count: int = 1  # reports seen (the tool stops printing at its print limit)
+
+
+class InitcheckResult(BaseModel):
+    """The correctness command under `compute-sanitizer --tool initcheck`, candidate against baseline.
+    `reads` are kernels that read uninitialised device memory on the candidate only; `at_base` the
+    ones the unchanged baseline already reported."""
+
+    measured: bool = True
+    reads: list[DeviceRead] = []
+    at_base: list[DeviceRead] = []
+    errors: int | None = None  # the candidate's "ERROR SUMMARY" count
+    tool: str | None = None  # the tool's version line (or its banner), and where it was found
+    run: CommandRun | None = None  # the candidate's test run under the tool
+    baseline_s: float | None = None  # the baseline's run under the tool
+    note: str | None = None  # why nothing was measured
+
+
 class ReadSiteResult(BaseModel):
     """Where each buffer the patch made uninitialised is read (static analysis), and whether a test ran it."""
 
@@ -126,7 +150,10 @@ class PerfResult(BaseModel):
     device: str = "cpu"
     duration_s: float = 0.0  # sampling only
     processes: str = "fresh processes"  # how the bench samples were started (agent.checks.perf.Bench)
+    timer: str | None = None  # how the bench says it timed, e.g. "cuda-events, L2 flushed" (its line's "timer")
     lock_wait_s: float = 0.0  # waiting for another measurement on the same device
+    started_at: float | None = None  # when sampling began, holding the device lock (Unix time): lets a reader
+    # check that measurements on one device never overlapped
     error: str | None = None  # the bench failed or did not print the metric
     error_side: str | None = None  # "baseline", "candidate" or "reference"
 
@@ -188,6 +215,7 @@ class Evaluation(BaseModel):
     correctness: Correctness | None = None
     coverage: CoverageResult | None = None
     sanitizer: SanitizerResult | None = None
+    initcheck: InitcheckResult | None = None
     read_sites: list[ReadSiteResult] = []
     perf: PerfResult | None = None
     reference: ReferenceResult | None = None

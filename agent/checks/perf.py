@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, NamedTuple, NoReturn
 
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, run_command, scratch_places
@@ -64,16 +64,34 @@ class Samples:
     warmup: dict[str, list[float]]
     unit: str | None
     comparison: Comparison | None
+    timer: str | None = None  # how the bench says it timed (the baseline's last line)
 
 
-def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
-    """The value (and unit) of the one JSON line whose "metric" is `metric`.
+class Reading(NamedTuple):
+    """One bench sample: the metric's value, its unit, and how the bench says it timed it
+    ("cuda-events, L2 flushed"), from the optional "timer" and "l2_flushed" keys of its line."""
+
+    value: float
+    unit: str | None = None
+    timer: str | None = None
+
+
+def _timer(obj: dict) -> str | None:
+    timer = obj.get("timer")
+    if not isinstance(timer, str) or not timer:
+        return None
+    flushed = obj.get("l2_flushed")
+    return timer[:60] + ("" if flushed is None else ", L2 flushed" if flushed else ", L2 not flushed")
+
+
+def parse_metric(output: str, metric: str) -> Reading:
+    """The value (and unit, and timer) of the one JSON line whose "metric" is `metric`.
 
     More than one such line is an error: code under test could print a forged line of its own
     (at exit, say), and "the last one wins" would let it.
     """
     seen: list[str] = []
-    found: tuple[float, str | None] | None = None
+    found: Reading | None = None
     count = 0
     for line in output.splitlines():
         line = line.strip()
@@ -89,7 +107,7 @@ def parse_metric(output: str, metric: str) -> tuple[float, str | None]:
         if obj["metric"] == metric:
             count += 1
             try:
-                found = (float(obj["value"]), obj.get("unit"))
+                found = Reading(float(obj["value"]), obj.get("unit"), _timer(obj))
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f'metric {metric!r} has no numeric "value": {line[:200]}') from None
     if found is None:
@@ -104,13 +122,13 @@ def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
     return base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir)
 
 
-def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> tuple[float, str | None]:
+def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> Reading:
     """One bench process, started from scratch in its own sandbox."""
     res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir))
     return _metric(side, res, spec)
 
 
-def _metric(side: str, res: CommandResult, spec: PerfSpec) -> tuple[float, str | None]:
+def _metric(side: str, res: CommandResult, spec: PerfSpec) -> Reading:
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
@@ -148,7 +166,7 @@ class Bench:
             self.server = WarmPython(cmd.interpreter, scratch, env=base_env(bin_dir=bin_dir),
                                      readable=tuple(sides.values()), wipe=(*scratch_places(), str(scratch)))
 
-    def __call__(self, side: str, root: Path, spec: PerfSpec) -> tuple[float, str | None]:
+    def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
         if self.server is None or self.cmd is None:
             return run_bench(side, root, spec, self.bin_dir)
         try:
@@ -179,13 +197,13 @@ class Bench:
 
 def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, seed: int,
            log: Callable[[str], None] = lambda _: None,
-           bench: Callable[[str, Path, PerfSpec], tuple[float, str | None]] = run_bench) -> Samples:
+           bench: Callable[[str, Path, PerfSpec], Reading] = run_bench) -> Samples:
     """Interleaved rounds over `sides` (must include "baseline" and "candidate"), looking after each."""
     rng = random.Random(seed)
     level = sequential_alpha(policy.min_pairs, policy.max_pairs, looks=policy.looks)
     values: dict[str, list[float]] = {s: [] for s in sides}
     warmup: dict[str, list[float]] = {s: [] for s in sides}
-    unit = None
+    unit = timer = None
     comparison = None
     for rnd in range(policy.warmup + policy.max_pairs):
         order = list(sides)
@@ -202,8 +220,9 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             except RoundLost as e:
                 log(f"perf: {e}; this round and every later one run in fresh processes")
         for side in order:
-            value, unit = got[side]
+            value, unit = got[side][:2]
             (warmup if is_warmup else values)[side].append(value)
+        timer = got["baseline"][2] if len(got["baseline"]) > 2 else None
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
         log(f"perf {label}: " + ", ".join(f"{s}={(warmup if is_warmup else values)[s][-1]:.4g}" for s in sides)
             + f" ({time.monotonic() - t:.1f}s)")
@@ -216,4 +235,4 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break
-    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison)
+    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer)

@@ -16,8 +16,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agent.checks.evaluation import (CommandRun, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
-                                     ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
+from agent.checks.evaluation import (CommandRun, CoverageResult, DeviceRead, DiffStats, Environment, Evaluation,
+                                     InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult,
+                                     UninitRead)
 from agent.checks.integrity import IntegrityResult
 from agent.util.text import first_line, tail_lines
 
@@ -25,6 +26,7 @@ Level = Literal["ok", "warn", "bad", "info"]
 LEVEL_STYLE: dict[Level, str] = {"ok": "green", "warn": "yellow", "bad": "red", "info": ""}
 COVERAGE = "coverage of changed lines"
 SANITIZER = "uninitialised reads"
+INITCHECK = "initcheck"
 READ_SITES = "read sites run"
 _PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "suspicious": "bad"}
 
@@ -88,6 +90,7 @@ def perf_line(p: PerfResult) -> str:
             f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
             f"p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
             + f", speedup {_num(p.speedup)}x, {p.n_pairs} pairs of samples {p.processes}"
+            + (f", timed with {p.timer}" if p.timer else "")
             + (f", noise cv {p.cv:.1%}" if p.cv is not None else "")
             + (f"; stopped: {p.stop_reason}" if p.stop_reason
                else "" if p.precise else ", interval wider than min effect")
@@ -142,6 +145,27 @@ def _sanitizer_line(s: SanitizerResult) -> str:
     return f"{len(s.reads)} read(s) before a write: " + "; ".join(read_line(r) for r in s.reads)
 
 
+def device_reads_line(reads: list[DeviceRead], limit: int = 4) -> str:
+    """'k1 (3), host API access by cudaMemcpy source (1) and 2 more': each kernel with its reports,
+    cut to a readable length (a template kernel's name runs to hundreds of characters)."""
+    def one(r: DeviceRead) -> str:
+        name = r.kernel if len(r.kernel) <= 120 else r.kernel[:117] + "..."
+        return (name if r.kind == "global read" else f"{r.kind} by {name}") + f" ({r.count})"
+
+    more = f" and {len(reads) - limit} more" if len(reads) > limit else ""
+    return ", ".join(one(r) for r in reads[:limit]) + more
+
+
+def _initcheck_line(i: InitcheckResult) -> str:
+    if not i.measured:
+        return f"not measured: {i.note}"
+    base = f" ({len(i.at_base)} already at base)" if i.at_base else ""
+    if not i.reads:
+        return "no uninitialised device reads" + base
+    return (f"{len(i.reads)} kernel{'s' if len(i.reads) > 1 else ''} read uninitialised device memory: "
+            + device_reads_line(i.reads) + base)
+
+
 def _read_sites_line(sites: list[ReadSiteResult]) -> str:
     """The count, and the reads no test ran (each one's path is in the verdict's reasons)."""
     missed = sorted({f"{s.buffer.rsplit(':', 1)[0]}:{s.line}" for s in sites if not s.executed},
@@ -193,6 +217,8 @@ def summarize(ev: Evaluation) -> str:
                    + _coverage_tail(cov) + _note(cov.note))
     if ev.sanitizer is not None:
         out.append(f"{SANITIZER}: {_sanitizer_line(ev.sanitizer)}")
+    if ev.initcheck is not None:
+        out.append(f"{INITCHECK}: {_initcheck_line(ev.initcheck)}")
     if ev.read_sites:
         out.append(f"{READ_SITES}: {_read_sites_line(ev.read_sites)}")
     if ev.perf is not None:
@@ -264,6 +290,9 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
     if ev.sanitizer is not None:
         s = ev.sanitizer
         rows.append(Row(SANITIZER, _sanitizer_line(s), "warn" if not s.measured else "bad" if s.reads else "ok"))
+    if ev.initcheck is not None:
+        i = ev.initcheck
+        rows.append(Row(INITCHECK, _initcheck_line(i), "warn" if not i.measured else "bad" if i.reads else "ok"))
     if ev.read_sites:
         missed = any(not s.executed for s in ev.read_sites)
         rows.append(Row(READ_SITES, _read_sites_line(ev.read_sites), "warn" if missed else "ok"))

@@ -5,11 +5,17 @@ every captured batch size (largest first) the metadata is bound, the forward run
 couple of times (warm-up: lazy initialisation, allocator pools) and is then captured. On CUDA
 that is a `torch.cuda.CUDAGraph`; on CPU the call is recorded and replayed eagerly, which keeps
 the same contract (static input buffers, metadata written in place before each replay).
+
+With `PYTORCH_NO_CUDA_MEMORY_CACHING=1` (as under compute-sanitizer's initcheck, where the caching
+allocator would hide uninitialised reads) CUDA graphs cannot be captured: capture needs the
+caching allocator's private pool. The runner then replays eagerly on CUDA too, as PyTorch's own
+inductor does, so the same warm-up and replay paths still run.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from typing import Callable, Optional
 
 import torch
@@ -63,7 +69,8 @@ class GraphRunner:
         self.num_warmup = num_warmup
         self.seq_len_fill_value = seq_len_fill_value
         self.encoder_len_fill_value = encoder_len_fill_value
-        self.use_cuda_graph = self.device.type == "cuda"
+        self.use_cuda_graph = self.device.type == "cuda" and os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1"
+        self.replays: dict[int, int] = {}  # replays per captured batch size
 
         if forward_mode.is_target_verify():
             self.num_tokens_per_bs = spec_info.num_draft_tokens
@@ -216,4 +223,5 @@ class GraphRunner:
             self.encoder_lens_cpu if self.backend.is_encoder_decoder else None,
         )
         self.graphs[bs].replay()
+        self.replays[bs] = self.replays.get(bs, 0) + 1
         return self.outputs[bs][:raw_num_tokens]

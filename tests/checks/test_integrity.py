@@ -296,4 +296,4 @@ def test_a_metric_printed_twice_is_an_error_not_the_last_one():
     with pytest.raises(ValueError, match=r"metric 'init_ms' printed 2 times; exactly one line is accepted"):
         parse_metric(f"{real}\n{forged}\n", "init_ms")
     assert parse_metric(f'{real}\n{{"metric": "other", "value": 1}}\n{{"metric": "other", "value": 2}}\n',
-                        "init_ms") == (12.5, "ms")
+                        "init_ms")[:2] == (12.5, "ms")

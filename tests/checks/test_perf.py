@@ -29,14 +29,21 @@ SAME = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60000")}  # A/A: a real chang
 # -- metric lines ------------------------------------------------------------------------------
 def test_parse_metric_takes_the_named_metric_and_says_what_was_printed_otherwise():
     out = 'noise\n{"metric": "a_ms", "value": 1.5, "unit": "ms"}\n{"metric": "b", "value": 2}\n{not json\n'
-    assert parse_metric(out, "a_ms") == (1.5, "ms")
-    assert parse_metric(out, "b") == (2.0, None)
+    assert parse_metric(out, "a_ms") == (1.5, "ms", None)
+    assert parse_metric(out, "b") == (2.0, None, None)
     with pytest.raises(ValueError, match=r"'c' not printed \(metrics printed: a_ms, b\)"):
         parse_metric(out, "c")
     with pytest.raises(ValueError, match="none"):
         parse_metric("hello\n", "c")
     with pytest.raises(ValueError, match="numeric"):
         parse_metric('{"metric": "a", "value": "fast"}', "a")
+
+
+def test_parse_metric_keeps_how_the_bench_timed():
+    line = '{"metric": "t", "value": 2, "unit": "ms", "timer": "cuda-events", "l2_flushed": true}'
+    assert parse_metric(line, "t").timer == "cuda-events, L2 flushed"
+    assert parse_metric(line.replace("true", "false"), "t").timer == "cuda-events, L2 not flushed"
+    assert parse_metric('{"metric": "t", "value": 2, "timer": "wall-clock"}', "t").timer == "wall-clock"
 
 
 # -- sampling with a fake bench ----------------------------------------------------------------
