@@ -61,6 +61,7 @@ class Run:
     work: Path
     dry: bool
     deadline: float
+    full_batch: bool = False
     evaluations: dict = field(default_factory=dict)
 
     @property
@@ -81,7 +82,8 @@ class Run:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
             rc, output = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as e:
-            rc, output = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            out = e.stdout or ""
+            rc, output = 124, out.decode(errors="replace") if isinstance(out, bytes) else out
             output += f"\n[timed out after {timeout_s:.0f}s]"
         took = time.monotonic() - start
         self.log(f"\n=== {name}: {' '.join(argv)} (in {cwd})\n{output}\n--- exit {rc} in {took:.1f}s\n")
@@ -190,6 +192,7 @@ def initcheck_figures(ev: dict) -> dict:
     return {"measured": ic.get("measured"), "note": ic.get("note"), "tool": ic.get("tool"), "errors": ic.get("errors"),
             "reads": [f"{r['kernel'][:120]} ({r.get('count')})" for r in ic.get("reads", [])],
             "at_base": [f"{r['kernel'][:120]} ({r.get('count')})" for r in ic.get("at_base", [])],
+            "copies": [f"{r['kernel'][:120]} ({r.get('count')})" for r in ic.get("copies", [])],
             "run_s": run.get("duration_s"), "baseline_s": ic.get("baseline_s"), "plain_tests_s": plain,
             "slowdown": round(run["duration_s"] / plain, 1) if run.get("duration_s") and plain else None}
 
@@ -213,7 +216,8 @@ def step_environment(run: Run) -> dict:
     from agent.env.gpu import nvidia_gpus
     from agent.env.sandbox import isolation
 
-    probe = ("import json, torch; c = torch.cuda.is_available(); p = torch.cuda.get_device_properties(0) if c else None; "
+    probe = ("import json, torch; c = torch.cuda.is_available(); "
+             "p = torch.cuda.get_device_properties(0) if c else None; "
              "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'available': c, "
              "'device': p.name if p else None, 'sms': p.multi_processor_count if p else None, "
              "'l2_mb': round(getattr(p, 'L2_cache_size', 0) / 2**20, 1) if p else None}))")
@@ -222,10 +226,10 @@ def step_environment(run: Run) -> dict:
     sanitizer = shutil.which("compute-sanitizer") or next(
         (str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "compute-sanitizer",)
          if p.is_file()), None)
-    version = run.sh("compute-sanitizer", [sanitizer, "--version"], timeout_s=60)[1].strip().splitlines() if sanitizer else []
+    version = run.sh("compute-sanitizer", [sanitizer, "--version"], timeout_s=60)[1].splitlines() if sanitizer else []
     iso = isolation()
     figures = {"gpus": [g.__dict__ for g in nvidia_gpus()], **torch_info, "python": sys.version.split()[0],
-               "compute_sanitizer": (version[-1] if version else None), "compute_sanitizer_path": sanitizer,
+               "compute_sanitizer": (version[-1].strip() if version else None), "compute_sanitizer_path": sanitizer,
                "isolation": iso.mode, "not_isolated": list(iso.missing), "bwrap": shutil.which("bwrap"),
                "cpus": os.cpu_count()}
     if not run.dry and not torch_info.get("available"):
@@ -269,7 +273,8 @@ def step_all_empty(run: Run) -> dict:
                          "poison_failing": ((ev.get("correctness") or {}).get("poison") or {}).get("failing_tests"),
                          "duration_s": ev.get("duration_s")},
                "sanitizer": {"measured": san.get("measured"), "note": san.get("note"),
-                             "buffers": sorted({f"{r['buffer']} {r.get('code', '')[:80]}" for r in san.get("reads", [])})},
+                             "buffers": sorted({f"{r['buffer']} {r.get('code', '')[:80]}"
+                                                for r in san.get("reads", [])})},
                "initcheck": initcheck_figures(ev), "environment": environment_figures(ev)}
     problems = []
     if direct["exit"] == 0 or len(direct["failing_modes"]) < 3:
@@ -291,7 +296,8 @@ def step_reference(run: Run) -> dict:
                                             "--patch", str(REFERENCE), "--reference"])
     ref = ev.get("reference") or {}
     figures = {"verdict": ev.get("verdict"), "reasons": [r[:300] for r in ev.get("reasons", [])],
-               "perf": perf_figures(ev), "reference": {k: ref.get(k) for k in ("speedup", "ci_low", "ci_high", "verdict")},
+               "perf": perf_figures(ev),
+               "reference": {k: ref.get(k) for k in ("speedup", "ci_low", "ci_high", "verdict")},
                "initcheck": initcheck_figures(ev), "environment": environment_figures(ev),
                "duration_s": ev.get("duration_s")}
     if ev.get("verdict") != "pass":
@@ -314,7 +320,7 @@ def step_a_a(run: Run) -> dict:
 
 
 def step_batch(run: Run) -> dict:
-    """`perfagent batch tasks --gpus 0 --workers 2`: two jobs at once, their measurements one at a time.
+    """`perfagent batch --gpus 0 --workers 2`: two jobs at once, their measurements one at a time.
     The contestant replays the reference change (one write, one submit; all four tasks share the
     target), so each job's time goes to its grading and two gradings' measurements contend for the device."""
     out = run.work / "batch"
@@ -325,11 +331,14 @@ def step_batch(run: Run) -> dict:
     replay = run.work / "replay.jsonl"
     replay.write_text("".join(json.dumps({"type": "response", "turn": n, "text": "", "stop_reason": "tool_use",
                                           "tool_calls": calls}) + "\n" for n, calls in enumerate(turns, 1)))
-    # On the CPU, where sampling an unchanged metric to precision takes minutes, two samples of one task.
-    tasks = [str(TASK), "--samples", "2"] if run.dry else [str(ROOT / "tasks")]
+    # Two samples of one task by default: the whole set samples three of its four tasks' unchanged metrics
+    # to precision, one measurement at a time, which took over 4 minutes on an H100 (`--full-batch`).
+    tasks = [str(ROOT / "tasks")] if run.full_batch else [str(TASK), "--samples", "2"]
     args = ["batch", *tasks, "--models", f"replay:{replay}", "--gpus", "0", "--workers", "2",
             "--run-id", "gpu", "--out", str(out), "--quiet", "--job-timeout", str(max(60, int(run.left_s - 30)))]
     rc, output = run.sh("batch", [sys.executable, "-m", "agent", *args], timeout_s=run.left_s)
+    for log in sorted((out / "results" / "gpu").rglob("batch.log")):  # each job's timed steps, for the record
+        run.log(f"\n=== {log.relative_to(out)}\n{log.read_text(errors='replace')[-6000:]}")
     measured = [p for p in perfs_of(out / "results" / "gpu") if p.get("started_at")]
     by_device: dict[str, list[dict]] = {}
     for p in measured:
@@ -350,6 +359,8 @@ def step_batch(run: Run) -> dict:
                "jobs": summary.get("jobs") if isinstance(summary, dict) else None}
     if overlaps:
         raise StepFailed(f"{len(overlaps)} measurements overlapped on one device", figures)
+    if rc == 124:
+        raise StepFailed("the batch did not finish within the budget", figures)
     if len(figures["jobs_measured"]) < 2:
         raise StepFailed("fewer than two jobs measured anything: the lock was never contended", figures)
     return figures
@@ -398,6 +409,7 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU, compute-sanitizer emulated")
     ap.add_argument("--budget", type=float, default=float(os.environ.get("GPU_BUDGET_S", 450)),
                     help="seconds: a step that would start later is skipped (default 450)")
+    ap.add_argument("--full-batch", action="store_true", help="batch the whole task set, not two samples of one task")
     ap.add_argument("--steps", default=None, help="comma-separated subset of: " + ", ".join(n for n, _ in STEPS))
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or ROOT / "gpu-out").resolve()
@@ -412,7 +424,8 @@ def main() -> int:
     summary = {"dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "budget_s": args.budget, "steps": {}}
     with tempfile.TemporaryDirectory(prefix="perfagent-gpu-") as tmp:
-        run = Run(out=out, work=Path(tmp), dry=args.dry_run, deadline=started + args.budget)
+        run = Run(out=out, work=Path(tmp), dry=args.dry_run, deadline=started + args.budget,
+                  full_batch=args.full_batch)
         for name, step in STEPS:
             if name not in wanted:
                 continue

@@ -310,7 +310,8 @@ class Checker:
                              sanitize_dir=reads_dir if name == "poison" else None)
 
         # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
-        # a GPU, where two test processes could exhaust device memory.
+        # a GPU, where two test processes could exhaust device memory. The poisoned run (and the
+        # sanitizer in it) runs after a failing plain run too: it names the cause, the buffers read.
         parallel = spec.poison and not ev.environment.gpu
         self.log(f"tests{' (plain + poisoned, in parallel)' if parallel else ''}: {spec.command}")
         with ThreadPoolExecutor(max_workers=3) as pool:
@@ -319,7 +320,7 @@ class Checker:
                 plain, poison = pool.map(run, ["plain", "poison"])
             else:
                 plain, poison = run("plain"), None
-                if spec.poison and plain.passed:
+                if spec.poison:
                     self.log("tests, poisoned (uninitialised memory = NaN / max int)")
                     poison = run("poison")
         ev.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)

@@ -33,7 +33,7 @@ class CommandRun(BaseModel):
 
 class Correctness(BaseModel):
     plain: CommandRun
-    poison: CommandRun | None = None  # None when the task turns poison off, or the plain run already failed
+    poison: CommandRun | None = None  # None when the task turns poison off (or, before 2026-11, the plain run failed on a GPU)
     poison_enabled: bool = True
 
 
@@ -86,11 +86,13 @@ class DeviceRead(BaseModel):
 class InitcheckResult(BaseModel):
     """The correctness command under `compute-sanitizer --tool initcheck`, candidate against baseline.
     `reads` are kernels that read uninitialised device memory on the candidate only; `at_base` the
-    ones the unchanged baseline already reported."""
+    ones the unchanged baseline already reported; `copies` copy kernels that did (a copy is not a use:
+    as in the sanitizer and MSan, unwritten elements copied along matter only where they are used)."""
 
     measured: bool = True
     reads: list[DeviceRead] = []
     at_base: list[DeviceRead] = []
+    copies: list[DeviceRead] = []
     errors: int | None = None  # the candidate's "ERROR SUMMARY" count
     tool: str | None = None  # the tool's version line (or its banner), and where it was found
     run: CommandRun | None = None  # the candidate's test run under the tool

@@ -43,6 +43,9 @@ _HOST = re.compile(r"^Host API (?:memory access error|uninitiali[sz]ed memory ac
 _OTHER = re.compile(r"^(?:Invalid|Unused|Leaked|Program hit|Error|Warning|Barrier|Race|Saved|Target)\b")
 _SIZE = re.compile(r"of size (\d+)")
 _BY_API = re.compile(r"on access by (.+?)\.?$")
+# PyTorch's copy kernels (`copy_`, `clone`, `.to`, `cat`): they load every element they move, so
+# initcheck reports copying a partly written buffer, which the reads after the copy decide about.
+_COPY = re.compile(r"direct_copy_kernel|CatArrayBatchedCopy")
 
 
 @dataclass(frozen=True)
@@ -185,9 +188,14 @@ def judge(cand: Findings, base: Findings | None, **common) -> InitcheckResult:
         return InitcheckResult(measured=False, errors=cand.errors,
                                note=f"no baseline to compare with: on the baseline, {base.note}", **common)
     at_base = {(r.kernel, r.kind) for r in base.reads} if base is not None else set()
-    return InitcheckResult(reads=[r for r in cand.reads if (r.kernel, r.kind) not in at_base],
+    new = [r for r in cand.reads if (r.kernel, r.kind) not in at_base]
+    return InitcheckResult(reads=[r for r in new if not is_copy(r)], copies=[r for r in new if is_copy(r)],
                            at_base=[r for r in cand.reads if (r.kernel, r.kind) in at_base],
                            errors=cand.errors, **common)
+
+
+def is_copy(read: DeviceRead) -> bool:
+    return read.kind != "host API access" and _COPY.search(read.kernel) is not None
 
 
 class Initcheck:

@@ -160,6 +160,7 @@ def _initcheck_line(i: InitcheckResult) -> str:
     if not i.measured:
         return f"not measured: {i.note}"
     base = f" ({len(i.at_base)} already at base)" if i.at_base else ""
+    base += f"; copied along, not used: {device_reads_line(i.copies, 2)}" if i.copies else ""
     if not i.reads:
         return "no uninitialised device reads" + base
     return (f"{len(i.reads)} kernel{'s' if len(i.reads) > 1 else ''} read uninitialised device memory: "

@@ -79,7 +79,7 @@ def test_a_plain_python_bench_is_forked_and_each_side_imports_its_own_checkout(t
     (sides["candidate"] / "work.py").write_text("def value():\n    return 2.0\n")
     bench = bench_for(sides)
     assert bench.mode == FORKED and bench.server is not None
-    got = [bench(s, sides[s], SPEC) for s in ("baseline", "candidate", "baseline", "candidate")]
+    got = [bench(s, sides[s], SPEC)[:2] for s in ("baseline", "candidate", "baseline", "candidate")]
     assert got == [(1.5, None), (2.5, None), (1.5, None), (2.5, None)], "forked, and per side"
     assert bench.mode == FORKED and bench.server.clean
 

@@ -179,12 +179,27 @@ def test_find_tool_looks_on_path_then_cuda_home_then_the_toolkit(tmp_path):
 def test_reads_the_baseline_makes_too_are_not_the_patchs():
     run = CommandRun(name="initcheck", command="c", exit_code=0, passed=True, duration_s=1.0)
     mine, theirs = DeviceRead(kernel="mine", kind="global read"), DeviceRead(kernel="lib", kind="global read", count=7)
-    base = Findings(reads=[DeviceRead(kernel="lib", kind="global read"), DeviceRead(kernel="mine", kind="host API access")],
-                    errors=2)
+    base = Findings(reads=[DeviceRead(kernel="lib", kind="global read"),
+                           DeviceRead(kernel="mine", kind="host API access")], errors=2)
     result = judge(Findings(reads=[mine, theirs], errors=9), base, run=run, tool="t", baseline_s=2.0)
     assert result.measured and result.reads == [mine] and result.at_base == [theirs] and result.errors == 9
     unmeasured = judge(Findings(reads=[mine], errors=1), Findings(note="killed"), run=run, tool="t", baseline_s=2.0)
     assert not unmeasured.measured and "on the baseline, killed" in unmeasured.note
+
+
+def test_copy_kernels_are_listed_apart_and_do_not_fail():
+    """As seen on an H100 for the reference patch: PyTorch's copy kernel moving a partly written buffer."""
+    copy = DeviceRead(kernel="at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+                             "at::TensorIteratorBase &)::[lambda() (instance 3)]>(int, T1, T2)", kind="global read",
+                      count=2646)
+    gather = DeviceRead(kernel="at::native::vectorized_gather_kernel<(int)16, long>(char *, char *, T2 *, int, long, "
+                               "long, long, long, bool)", kind="global read", count=64)
+    result = judge(Findings(reads=[copy, gather], errors=2710), Findings(reads=[], errors=0))
+    assert result.reads == [gather] and result.copies == [copy]
+    only_copies = judge(Findings(reads=[copy], errors=2646), Findings(reads=[], errors=0))
+    assert only_copies.reads == [] and only_copies.copies == [copy]
+    row = next(r for r in evaluation_rows(Evaluation(verdict="pass", initcheck=only_copies)) if r.name == "initcheck")
+    assert row.level == "ok" and row.text.startswith("no uninitialised device reads; copied along, not used: at::")
 
 
 def test_the_check_table_and_the_summary_say_what_initcheck_found():
@@ -196,7 +211,8 @@ def test_the_check_table_and_the_summary_say_what_initcheck_found():
     assert row.level == "bad" and row.text.startswith("2 kernels read uninitialised device memory: kkk")
     assert "... (3), host API access by cudaMemcpy source (1) (1 already at base)" in row.text
     assert "initcheck: 2 kernels" in summarize(ev)
-    clean = Evaluation(verdict="pass", initcheck=InitcheckResult(at_base=[DeviceRead(kernel="lib", kind="global read")]))
+    lib = DeviceRead(kernel="lib", kind="global read")
+    clean = Evaluation(verdict="pass", initcheck=InitcheckResult(at_base=[lib]))
     assert next(r for r in evaluation_rows(clean) if r.name == "initcheck").text == \
         "no uninitialised device reads (1 already at base)"
     off = Evaluation(verdict="pass", initcheck=InitcheckResult(measured=False, note="compute-sanitizer not found"))
