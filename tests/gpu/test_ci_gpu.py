@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ STEPS = {"environment", "target_tests", "all_empty", "reference", "a_a", "padded
 
 def gpu_script(out: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MINIATTN_"))}
-    proc = subprocess.run([str(ROOT / ".ci" / "gpu"), "--dry-run", *args], cwd=ROOT, env={**env, "OUT": str(out)},
+    env.update(OUT=str(out), PYTHON=sys.executable)
+    proc = subprocess.run([str(ROOT / ".ci" / "gpu"), "--dry-run", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
     return proc, summary
