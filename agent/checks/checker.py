@@ -262,9 +262,15 @@ class Checker:
             ev.verdict = "unverified"
             ev.reasons.append("changed lines no test executed: " + compact_lines(ev.coverage.uncovered)
                               if ev.coverage.uncovered else ev.coverage.note or "changed-line coverage not measured")
-        if ev.sanitizer is not None and not ev.sanitizer.measured and _uninitialised_allocations(cand.root, changed):
+        unwatched_sanitizer = ev.sanitizer is not None and not ev.sanitizer.measured
+        # initcheck was asked for and ran, but its report did not come back whole (a flooded output, say)
+        unwatched_device = ev.initcheck is not None and not ev.initcheck.measured and ev.initcheck.run is not None
+        if (unwatched_sanitizer or unwatched_device) and _uninitialised_allocations(cand.root, changed):
             ev.verdict = "unverified"  # the patch allocates uninitialised memory and nothing watched its reads
-            ev.reasons.append(ev.sanitizer.note or "uninitialised reads not measured")
+            if unwatched_sanitizer:
+                ev.reasons.append(ev.sanitizer.note or "uninitialised reads not measured")
+            if unwatched_device:
+                ev.reasons.append(f"uninitialised device reads not measured: {ev.initcheck.note}")
         for site in (s for s in ev.read_sites if not s.executed):
             ev.verdict = "unverified"
             ev.reasons.append(f"{site.buffer.rsplit(':', 1)[0]}:{site.line} reads the buffer allocated uninitialised "
@@ -275,7 +281,7 @@ class Checker:
         wrote), against the baseline's own reads; a read of the patch's is a reason to fail."""
         if self._initchecker is None:
             spec = self.task.spec.correctness
-            self._initchecker = Initcheck(spec.command, spec.timeout_s, self.workdir / "initcheck", self.log)
+            self._initchecker = Initcheck(spec.command, spec.timeout_s, self.log)
         ev.initcheck = self._initchecker.check(cand.root, self.baseline().root, lambda root: check_env(
             root, self._hook_dir(), bin_dir=self.interpreter().bin_dir))
         if ev.initcheck.reads:

@@ -4,7 +4,9 @@ anything wrote it.
 Poison fills uninitialised memory with NaN, which *initialises* it, and the dispatch sanitizer only
 sees ops from Python; initcheck watches every CUDA kernel and every copy back to the host. It runs
 sandboxed and cold (no warm interpreter), not poisoned, with PyTorch's caching allocator off: a
-cached block keeps what its last user wrote and would hide the read. The unchanged baseline runs
+cached block keeps what its last user wrote and would hide the read. Its report comes back through
+the command's output, a pipe the harness holds: the candidate's processes can add lines to it but
+never remove the tool's, as they could a log file in a folder they can write. The unchanged baseline runs
 under it too, once per checker, so reads the base already makes (library kernels, the tests' own
 buffers) are told apart from the patch's by (kernel, kind).
 
@@ -21,18 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.checks.correctness import POISON_ENV, TAIL_CHARS, to_run
+from agent.checks.correctness import POISON_ENV, to_run
 from agent.checks.evaluation import CommandRun, DeviceRead, InitcheckResult
 from agent.env.sandbox import run_command
-from agent.util.files import empty_folder
 from agent.util.text import tail
 
 TOOL = "compute-sanitizer"
 FALLBACK_DIRS = ("/usr/local/cuda/bin",)
 # Printing stops at this many reports (the ERROR SUMMARY still counts all); the limit is global,
-# not per kernel, so it is generous. Without backtraces a report is a few lines.
+# not per kernel, so it is generous. Without backtraces a report is a few lines, so the whole report
+# fits in MAX_OUTPUT; a run whose output is cut (a flood) could have lost reports: not measured.
 PRINT_LIMIT = 10_000
-LOG_NAME = "initcheck.%p.log"  # %p: the tool's process id
+MAX_OUTPUT = 8 << 20
 ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 
 _PREFIX = re.compile(r"^=+ ?")
@@ -76,13 +78,11 @@ def find_tool(path: str | None, cuda_home: str | None = None,
     return (Path(found) if found else None), looked
 
 
-def command(tool: Path, wrapped: str, log_dir: Path, print_limit: int = PRINT_LIMIT) -> str:
+def command(tool: Path, wrapped: str, print_limit: int = PRINT_LIMIT) -> str:
     """The shell line that runs `wrapped` (the task's command) under initcheck, every child process
-    included, each report into a log file of the tool's own in `log_dir`."""
-    log = str(log_dir).replace("%", "%%") + "/" + LOG_NAME  # a lone % would make the tool ignore the name
+    included, the reports on the tool's standard output."""
     return shlex.join([str(tool), "--tool", "initcheck", "--target-processes", "all",
-                       "--print-limit", str(print_limit), "--show-backtrace", "no",
-                       "--log-file", log, "bash", "-c", wrapped])
+                       "--print-limit", str(print_limit), "--show-backtrace", "no", "bash", "-c", wrapped])
 
 
 def kernel_name(at: str) -> str:
@@ -100,7 +100,7 @@ def kernel_name(at: str) -> str:
 
 
 def parse(text: str) -> Findings:
-    """The reports of one or more logs, grouped by (kernel, kind) with counts. Not measured without
+    """The reports in a run's output (among the tests' own lines), grouped by (kernel, kind) with counts. Not measured without
     the tool's banner or its ERROR SUMMARY: the tool never attached, or was killed before the end."""
     banners = _BANNER.findall(text)
     summaries = _SUMMARY.findall(text)
@@ -145,30 +145,27 @@ def parse(text: str) -> Findings:
     return Findings(reads=list(groups.values()), errors=sum(map(int, summaries)), banner=banners[0].strip())
 
 
-def collect(log_dir: Path, output: str) -> Findings:
-    """Every log the tool wrote in `log_dir`; its output when there is none (the tool prints to
-    stdout when it cannot write the log)."""
-    logs = sorted(log_dir.glob("initcheck.*.log"))
-    text = "\n".join(f.read_text(errors="replace") for f in logs) if logs else output
-    found = parse(text)
+def report(output: str, cut_bytes: int = 0) -> Findings:
+    """What the tool reported in a run's output; not measured when the output was cut or holds no
+    complete report (the tool did not attach, or the run ended first)."""
+    if cut_bytes:
+        return Findings(note=f"the run printed {cut_bytes:,} bytes more than the {MAX_OUTPUT >> 20} MB kept, "
+                             "so reports of the tool could have been cut")
+    found = parse(output)
     if found.measured:
         return found
-    errors = [ln.strip("= ") for ln in text.splitlines() if ln.startswith("=") and "Error" in ln]
+    errors = [ln.strip("= ") for ln in output.splitlines() if ln.startswith("=") and "Error" in ln]
     why = f"{found.note}{'; ' + '; '.join(dict.fromkeys(errors)) if errors else ''}"
     return Findings(banner=found.banner, note=f"{TOOL} did not report ({why}): the tool did not attach, "
                     f"or the run ended first; output: {tail(output, 600)}")
 
 
-def run(tool: Path, root: Path, wrapped: str, env: dict[str, str], log_dir: Path,
-        timeout_s: float) -> tuple[CommandRun, Findings]:
-    """`wrapped` in `root` under initcheck, sandboxed, `log_dir` its only writable place besides `root`;
-    never poisoned (poison writes the memory, and initcheck would see it initialised)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    empty_folder(log_dir)
+def run(tool: Path, root: Path, wrapped: str, env: dict[str, str], timeout_s: float) -> tuple[CommandRun, Findings]:
+    """`wrapped` in `root` under initcheck, sandboxed; never poisoned (poison writes the memory, and
+    initcheck would see it initialised)."""
     env = {k: v for k, v in env.items() if k not in POISON_ENV} | ENV
-    res = run_command(command(tool, wrapped, log_dir), root, timeout_s=timeout_s, env=env, writable=(log_dir,),
-                      max_output=2 * TAIL_CHARS)
-    return to_run("initcheck", res), collect(log_dir, res.output)
+    res = run_command(command(tool, wrapped), root, timeout_s=timeout_s, env=env, max_output=MAX_OUTPUT)
+    return to_run("initcheck", res), report(res.output, res.cut_bytes)
 
 
 def version(tool: Path, root: Path, env: dict[str, str]) -> str:
@@ -202,8 +199,8 @@ class Initcheck:
     """One checker's initcheck runs: the tool found once; the baseline run once, and only when a
     candidate reports reads (until then there is nothing to tell apart, and the tool is slow)."""
 
-    def __init__(self, wrapped: str, timeout_s: float, log_dir: Path, log: Callable[[str], None]):
-        self.wrapped, self.timeout_s, self.log_dir, self.log = wrapped, timeout_s, log_dir, log
+    def __init__(self, wrapped: str, timeout_s: float, log: Callable[[str], None]):
+        self.wrapped, self.timeout_s, self.log = wrapped, timeout_s, log
         self._base: tuple[Findings, float] | None = None
         self._tool: str | None = None
 
@@ -217,10 +214,10 @@ class Initcheck:
         if self._tool is None:
             self._tool = version(tool, cand, cand_env)
         self.log(f"tests under {TOOL} initcheck: {self.wrapped}")
-        cand_run, found = run(tool, cand, self.wrapped, cand_env, self.log_dir, self.timeout_s)
+        cand_run, found = run(tool, cand, self.wrapped, cand_env, self.timeout_s)
         if found.measured and found.reads and self._base is None:
             self.log(f"the baseline under {TOOL} initcheck, to tell the patch's reads from the base's")
-            base_run, base_found = run(tool, base, self.wrapped, env(base), self.log_dir, self.timeout_s)
+            base_run, base_found = run(tool, base, self.wrapped, env(base), self.timeout_s)
             self._base = (base_found, base_run.duration_s)
         base_found, base_s = self._base if self._base is not None and found.reads else (None, None)
         return judge(found, base_found, run=cand_run, tool=self._tool,

@@ -5,6 +5,7 @@ formats, the command line, finding the tool, the baseline comparison, and the wh
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.checks.evaluation import CommandRun, DeviceRead, Evaluation, InitcheckResult
-from agent.checks.initcheck import Findings, collect, command, find_tool, judge, kernel_name, parse, run
+from agent.checks.initcheck import MAX_OUTPUT, Findings, command, find_tool, judge, kernel_name, parse, report, run
 from agent.checks.render import evaluation_rows, summarize
 from agent.env.sandbox import base_env
 from agent.task import TaskError, load_task
@@ -107,11 +108,11 @@ def test_a_report_without_its_kernel_line_still_counts():
     assert parse(text).reads == [DeviceRead(kernel="(unknown)", kind="global read", size=4)]
 
 
-def test_summaries_of_several_logs_add_up(tmp_path):
-    (tmp_path / "initcheck.11.log").write_text(CURRENT)
-    (tmp_path / "initcheck.12.log").write_text(OLDER)
-    found = collect(tmp_path, output="")
+def test_summaries_of_several_reports_add_up():
+    """A summary the candidate prints beside the tool's adds nothing, and hides nothing."""
+    found = report(CURRENT + OLDER)
     assert found.errors == 15 and len(found.reads) == 6
+    assert report(CURRENT + "========= ERROR SUMMARY: 0 errors\n").errors == 12
 
 
 @pytest.mark.parametrize("text, missing", [
@@ -119,34 +120,39 @@ def test_summaries_of_several_logs_add_up(tmp_path):
     ("ERROR SUMMARY: 0 errors\n", "no COMPUTE-SANITIZER banner"),
     ("", "no COMPUTE-SANITIZER banner and no ERROR SUMMARY"),
 ])
-def test_no_banner_or_no_summary_is_not_measured(tmp_path, text, missing):
+def test_no_banner_or_no_summary_is_not_measured(text, missing):
     """Killed before the end (timeout), or never attached: no claim either way."""
-    found = collect(tmp_path, output=text + "\nTraceback: the last words")
+    found = report(text + "\nTraceback: the last words")
     assert not found.measured and found.reads == []
     assert missing in found.note and "did not attach" in found.note and "the last words" in found.note
 
 
-def test_without_a_log_the_output_is_read(tmp_path):
-    """The tool prints to stdout when it cannot write its log file."""
-    found = collect(tmp_path, output="test output\n" + OLDER)
+def test_the_report_is_read_among_the_tests_output():
+    found = report("test output\n===== 3 passed in 0.1s =====\n" + OLDER)
     assert found.measured and found.errors == 3
 
 
-def test_command_wraps_the_task_command_in_bash(tmp_path):
-    log_dir = tmp_path / "100%"
-    line = command(Path("/opt/cuda/bin/compute-sanitizer"), "python -m pytest -q -k 'a and b'", log_dir, 50)
+def test_a_cut_output_is_not_measured():
+    """Reports lost to a flood of output (the candidate's, say) must not read as none."""
+    found = report(CURRENT, cut_bytes=123)
+    assert not found.measured and found.reads == [] and "123 bytes more than the 8 MB kept" in found.note
+    assert MAX_OUTPUT == 8 << 20
+
+
+def test_command_wraps_the_task_command_in_bash():
+    line = command(Path("/opt/cuda/bin/compute-sanitizer"), "python -m pytest -q -k 'a and b'", 50)
     argv = shlex.split(line)
     assert argv[0] == "/opt/cuda/bin/compute-sanitizer"
     flags = dict(zip(argv[1:-3:2], argv[2:-3:2]))
     assert flags == {"--tool": "initcheck", "--target-processes": "all", "--print-limit": "50",
-                     "--show-backtrace": "no", "--log-file": f"{tmp_path}/100%%/initcheck.%p.log"}
+                     "--show-backtrace": "no"}  # no --log-file: the report comes back on the harness's pipe
     assert argv[-3:] == ["bash", "-c", "python -m pytest -q -k 'a and b'"]
 
 
 FAKE_TOOL = """#!/bin/sh
-while [ "$1" != bash ]; do [ "$1" = --log-file ] && log=$(echo "$2" | sed "s/%p/$$/"); shift; done
+while [ "$1" != bash ]; do shift; done
 "$@"
-printf "========= COMPUTE-SANITIZER\\\\n========= ERROR SUMMARY: 0 errors\\\\n" > "$log"
+printf "========= COMPUTE-SANITIZER\\\\n========= ERROR SUMMARY: 0 errors\\\\n"
 """
 
 
@@ -158,7 +164,7 @@ def test_run_is_sandboxed_unpoisoned_and_without_the_caching_allocator(tmp_path)
     (tmp_path / "repo").mkdir()
     env = base_env({"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PERFAGENT_POISON": "1"})
     wrapped = 'echo "caching=$PYTORCH_NO_CUDA_MEMORY_CACHING poison=${PERFAGENT_POISON:-off}" > seen.txt'
-    run_, found = run(tool, tmp_path / "repo", wrapped, env, tmp_path / "logs", timeout_s=60)
+    run_, found = run(tool, tmp_path / "repo", wrapped, env, timeout_s=60)
     assert run_.passed and run_.name == "initcheck", run_.output_tail
     assert (tmp_path / "repo" / "seen.txt").read_text() == "caching=1 poison=off\n"
     assert found.measured and found.errors == 0 and found.reads == []
@@ -232,9 +238,10 @@ def test_task_flag_is_off_by_default_and_typed(tmp_path):
         load_task(task('initcheck = "yes please"\n'), check_base=False)
 
 
-def emulate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def emulate(tmp_path: Path, *args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"TMPDIR": str(tmp)} if tmp else {})}
     return subprocess.run([str(EMULATOR / "compute-sanitizer"), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
 
 
 def test_the_emulator_refuses_flags_it_does_not_know(tmp_path):
@@ -246,13 +253,13 @@ def test_the_emulator_refuses_flags_it_does_not_know(tmp_path):
 
 def test_the_emulator_without_torch_measures_nothing_and_keeps_the_exit_code(tmp_path):
     """A command that never starts the sanitizer is 'not measured', as when the real tool cannot attach."""
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
-    res = emulate(tmp_path, *shlex.split(command(EMULATOR / "compute-sanitizer", "exit 3", log_dir))[1:])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    res = emulate(tmp_path, *shlex.split(command(EMULATOR / "compute-sanitizer", "exit 3"))[1:], tmp=scratch)
     assert res.returncode == 3, res.stderr
-    found = collect(log_dir, res.stdout)
+    found = report(res.stdout)
     assert not found.measured and "no ERROR SUMMARY" in found.note and "nothing was checked" in found.note
-    assert [p.name.split(".")[0] for p in log_dir.iterdir()] == ["initcheck"]  # its scratch folder is gone
+    assert list(scratch.iterdir()) == []  # its scratch folder is gone
 
 
 # -- the whole path: perfagent check --initcheck -------------------------------------------------------
@@ -272,8 +279,11 @@ initcheck = true
 """
 
 
-def check(tmp_path: Path, patch: Path, path: str) -> dict:
-    (tmp_path / "task.toml").write_text(TASK)
+def check(tmp_path: Path, patch: Path, path: str, command: str | None = None) -> dict:
+    task = TASK if command is None else TASK.replace(
+        '''command = "python -m pytest -q -p no:cacheprovider tests -k 'graph_replay and decode' || true"''',
+        f"command = {json.dumps(command)}")
+    (tmp_path / "task.toml").write_text(task)
     out = tmp_path / "evaluation.json"
     env = {"PATH": path, "HOME": str(tmp_path), "COLUMNS": "200"}
     res = subprocess.run([sys.executable, "-m", "agent.cli", "check", str(tmp_path / "task.toml"), "--patch",
@@ -324,3 +334,80 @@ def test_without_the_tool_nothing_is_measured_and_the_verdict_stands(tmp_path):
     ic = ev["initcheck"]
     assert ic["measured"] is False and ic["note"].startswith("compute-sanitizer not found (looked on PATH"), ic
     assert ev["verdict"] != "fail" and not any("initcheck" in r for r in ev["reasons"])
+
+
+# The hostile candidate: at import, it finds the sanitizer's command line, points the tool's log at
+# /dev/null and leaves a clean report of its own beside it; it also prints a clean one.
+HIDE_THE_REPORT = '''
+
+def _hide_initcheck():
+    import glob, os, re
+    os.write(1, b"========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n")
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            argv = open(cmdline, "rb").read().decode().split("\\0")
+        except OSError:
+            continue
+        if "--log-file" in argv:
+            log = argv[argv.index("--log-file") + 1]
+            pid = cmdline.split("/")[2]
+            path = re.sub("%p", pid, log).replace("%%", "%")
+            try:
+                os.symlink("/dev/null", path)
+                with open(os.path.join(os.path.dirname(path), "initcheck.1.log"), "w") as f:
+                    f.write("========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n")
+            except OSError:
+                pass
+
+
+_hide_initcheck()
+'''
+
+
+@pytest.mark.slow
+def test_a_candidate_cannot_replace_the_tools_report(tmp_path):
+    """What the tool reports reaches the harness through a pipe the candidate can add to, never cut."""
+    source = TARGET / "miniattn" / "flashattention_backend.py"
+    repo = make_repo(tmp_path / "hostile", {"miniattn/flashattention_backend.py": source.read_text()})
+    edited = Path(repo.working_dir) / "miniattn/flashattention_backend.py"
+    all_empty(edited.parents[1])
+    edited.write_text(edited.read_text() + HIDE_THE_REPORT)
+    patch = tmp_path / "hostile.diff"
+    patch.write_text(repo.git.diff() + "\n")
+    ev = check(tmp_path, patch, EMULATED)
+    ic = ev["initcheck"]
+    assert ic["measured"] and "aten.index.Tensor" in {r["kernel"] for r in ic["reads"]}, ic
+    assert any(r.startswith("uninitialised device reads (compute-sanitizer initcheck): ") for r in ev["reasons"])
+
+
+# A candidate that floods the output, hoping to push the tool's reports out of what the harness keeps.
+FLOOD = '''
+
+def _flood():
+    import os, stat
+    for fd in range(64):  # every pipe this process holds, pytest's saved stdout too
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"=" * (9 << 20))
+        except OSError:
+            pass
+
+
+_flood()
+'''
+
+
+@pytest.mark.slow
+def test_a_flooded_report_is_not_measured_and_leaves_the_change_unverified(tmp_path):
+    source = TARGET / "miniattn" / "flashattention_backend.py"
+    repo = make_repo(tmp_path / "hostile", {"miniattn/flashattention_backend.py": source.read_text()})
+    repo.git.apply(str(REPO / "tasks" / "reference" / "cuda-graph-buffers.diff"))
+    edited = Path(repo.working_dir) / "miniattn/flashattention_backend.py"
+    edited.write_text(edited.read_text() + FLOOD)
+    patch = tmp_path / "flood.diff"
+    patch.write_text(repo.git.diff() + "\n")
+    ev = check(tmp_path, patch, EMULATED, command="python -m pytest -q -p no:cacheprovider tests || true")
+    ic = ev["initcheck"]
+    assert ic["measured"] is False and "bytes more than the 8 MB kept" in ic["note"], ic
+    assert ev["verdict"] == "unverified"
+    assert any(r.startswith("uninitialised device reads not measured: the run printed") for r in ev["reasons"])
