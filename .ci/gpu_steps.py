@@ -46,6 +46,8 @@ GRADED_TESTS = 'python -m pytest -q tests -k "graph_matches_eager or bs3 or exte
 sys.path.insert(0, str(ROOT / "tests"))
 from helpers import all_empty  # noqa: E402
 
+from agent.util.files import read_json, write_json  # noqa: E402
+
 
 class StepFailed(Exception):
     """A step ran and its evidence says no; `figures` are what it saw all the same."""
@@ -97,7 +99,7 @@ class Run:
             raise StepFailed(f"perfagent exited {rc} without an evaluation: {output.strip()[-300:]}")
         ev = json.loads(path.read_text())
         self.evaluations[name] = ev
-        (self.out / "evaluations.json").write_text(json.dumps(self.evaluations, indent=1))
+        write_json(self.out / "evaluations.json", self.evaluations)
         return ev
 
 
@@ -381,13 +383,6 @@ def perfs_of(results: Path) -> list[dict]:
     return out
 
 
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def step_padded(run: Run) -> dict:
     """Batch size 3 replayed on the graph captured for 4, poisoned: where this kind of bug shows."""
     runs = {name: pytest_run(run, f"padded-{name}", repo, "-k", "bs3", poison=True)
@@ -444,7 +439,7 @@ def main() -> int:
                 record["seconds"] = round(time.monotonic() - t, 1)
             summary["steps"][name] = record
             summary["seconds"] = round(time.monotonic() - started, 1)
-            (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+            write_json(out / "summary.json", summary)
             print(f"{name:14} {'ok' if record['ok'] else 'SKIPPED' if 'skipped' in record else 'FAILED'}"
                   f"  {record.get('seconds', 0):6.1f}s  {record.get('error') or record.get('skipped') or ''}"[:400],
                   flush=True)

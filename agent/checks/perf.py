@@ -222,7 +222,7 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
         for side in order:
             value, unit = got[side][:2]
             (warmup if is_warmup else values)[side].append(value)
-        timer = got["baseline"][2] if len(got["baseline"]) > 2 else None
+        timer = getattr(got["baseline"], "timer", None)
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
         log(f"perf {label}: " + ", ".join(f"{s}={(warmup if is_warmup else values)[s][-1]:.4g}" for s in sides)
             + f" ({time.monotonic() - t:.1f}s)")
