@@ -141,17 +141,20 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
 
 
 def cmd_check(args: argparse.Namespace, out: Console) -> int:
-    """Grade one patch: exit 0 whatever the verdict, 2 on bad input, 1 if the task cannot be checked."""
+    """Grade one patch (or re-grade recorded evidence): exit 0 whatever the verdict, 2 on bad input,
+    1 if the task cannot be checked."""
     import json
     import shutil
     import tempfile
 
-    from agent.checks import Checker, evaluation_table
+    from agent.checks import Checker, evaluation_table, grade
 
     task = load_task(args.task)
     if args.initcheck:
         correctness = task.spec.correctness.model_copy(update={"initcheck": True})
         task = task.model_copy(update={"spec": task.spec.model_copy(update={"correctness": correctness})})
+    if args.regrade:
+        return _regrade(task, Path(args.regrade), args.json, out)
     opts = options_from_args(args)
     try:
         patch = Path(args.patch).read_text(encoding="utf-8")
@@ -162,11 +165,14 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-check-{task.id}-"))
     try:
         with Checker(task, work, lock_dir=opts.lock_dir, log=log, seed=opts.seed) as checker:
-            ev = checker.evaluate(patch, quick=args.quick, perf=not args.no_perf, reference=args.reference)
+            evidence = checker.collect(patch, quick=args.quick, perf=not args.no_perf, reference=args.reference)
     except PatchError as e:
         raise UserError(f"{args.patch}: does not apply to the task's base: {str(e).removeprefix('error: ')}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    ev = grade(evidence, task.spec)
+    if args.evidence:
+        Path(args.evidence).write_text(json.dumps(evidence.model_dump(mode="json"), indent=2) + "\n")
     text = json.dumps(ev.model_dump(mode="json"), indent=2)
     if args.json == "-":
         print(text)
@@ -175,6 +181,34 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
             Path(args.json).write_text(text + "\n")
         out.print(evaluation_table(ev))
     return 1 if ev.verdict == "error" else 0
+
+
+def _regrade(task: Task, path: Path, json_to: str | None, out: Console) -> int:
+    """Grade recorded evidence again under the task's rules as they are now; nothing is run."""
+    import json
+
+    from agent.checks import evaluation_table, grade
+    from agent.checks.evidence import EvidenceError, load_recorded
+
+    try:
+        recorded = load_recorded(path)
+    except EvidenceError as e:
+        raise UserError(str(e)) from None
+    if not recorded:
+        raise UserError(f"{path}: no gradings recorded")
+    evs = [grade(r.evidence, task.spec) for r in recorded]
+    if json_to:
+        text = json.dumps([ev.model_dump(mode="json") for ev in evs], indent=2)
+        if json_to == "-":
+            print(text)
+            return 0
+        Path(json_to).write_text(text + "\n")
+    for n, (r, ev) in enumerate(zip(recorded, evs), 1):
+        was = (r.evaluation or {}).get("verdict")
+        change = "unchanged" if was == ev.verdict else f"was {was}" if was else "not graded before"
+        out.print(f"grading {n} of {len(evs)}: {ev.verdict} ({change})", highlight=False)
+    out.print(evaluation_table(evs[-1]))
+    return 0
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
@@ -315,7 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_tasks)
     c = sub.add_parser("check", help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
     c.add_argument("task", help="a task file (TOML)")
-    c.add_argument("--patch", required=True, help="a unified diff against the task's base")
+    what = c.add_mutually_exclusive_group(required=True)
+    what.add_argument("--patch", help="a unified diff against the task's base")
+    what.add_argument("--regrade", metavar="RUN", default=None,
+                      help="grade recorded evidence again, running nothing: a run's job folder (its checks.json), "
+                           "a checks.json, or a file written by --evidence")
+    c.add_argument("--evidence", default=None, metavar="FILE",
+                   help="also write what the checks found (the evidence the verdict was graded from) to FILE")
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="write the evaluation as JSON to FILE (no FILE: to stdout, instead of the table)")
     c.add_argument("--quick", action="store_true", help="fewer perf samples, as the agent's run_checks uses")

@@ -19,9 +19,12 @@ from typing import Callable, Sequence
 
 from agent.analyzers import Finding, apply_rewrites
 from agent.analyzers.findings import ZERO_INIT
-from agent.checks.checker import ALWAYS_PROTECTED, CheckError, Checker
+from agent.checks.checker import Checker
 from agent.checks.evaluation import Evaluation
+from agent.checks.evidence import Evidence
+from agent.checks.grade import grade
 from agent.checks.render import blame
+from agent.checks.sides import ALWAYS_PROTECTED, CheckError
 from agent.env.workspace import PatchError, Workspace
 from agent.task import Task
 from agent.util.globs import matches_any
@@ -64,31 +67,32 @@ def verify_rewrites(task: Task, findings: Sequence[Finding], workdir: Path, *, l
     decisions: dict[int, FixDecision] = {}
     kept: list[Finding] = []
     with Checker(task, Path(workdir) / "checks", lock_dir=lock_dir, log=log) as checker:
-        def passes(subset: list[Finding]) -> Evaluation:
+        def passes(subset: list[Finding]) -> tuple[Evidence, Evaluation]:
             try:
-                ev = checker.evaluate(unified_diff(sources, _rewritten(sources, subset)), perf=False)
+                evidence = checker.collect(unified_diff(sources, _rewritten(sources, subset)), perf=False)
             except PatchError as e:
                 raise CheckError(f"the rewrites do not apply to the task's base: {e}") from None
+            ev = grade(evidence, task.spec)
             if ev.verdict == "error":
                 raise CheckError(f"the task cannot be checked: {ev.error or '; '.join(ev.reasons)}")
-            return ev
+            return evidence, ev
 
         pending = list(candidates)
-        ev, evaluations = passes(pending), 1
+        (evidence, ev), evaluations = passes(pending), 1
         while ev.verdict != "pass" and pending:  # drop what the evidence names, and try the rest together
-            blamed = blame(ev)
+            blamed = blame(evidence)
             named = [f for f in pending if f"{f.path}:{f.line}" in blamed]
             if not named:
                 break
             decisions.update({id(f): FixDecision(f, False, blamed[f"{f.path}:{f.line}"]) for f in named})
             pending = [f for f in pending if id(f) not in decisions]
             if pending:
-                ev, evaluations = passes(pending), evaluations + 1
+                (evidence, ev), evaluations = passes(pending), evaluations + 1
         if ev.verdict == "pass":
             kept = pending
         else:
             for f in pending:
-                ev = passes([*kept, f])
+                _, ev = passes([*kept, f])
                 evaluations += 1
                 if ev.verdict == "pass":
                     kept.append(f)

@@ -19,6 +19,7 @@ from rich.text import Text
 from agent.checks.evaluation import (CommandRun, CoverageResult, DeviceRead, DiffStats, Environment, Evaluation,
                                      InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult,
                                      UninitRead)
+from agent.checks.evidence import Evidence
 from agent.checks.integrity import IntegrityResult
 from agent.util.text import first_line, tail_lines
 
@@ -124,7 +125,7 @@ def read_path(site: ReadSiteResult) -> str:
     return where + (f", when {site.guard}" if site.guard else "")
 
 
-def blame(ev: Evaluation) -> dict[str, str]:
+def blame(ev: Evidence) -> dict[str, str]:
     """"path:line" of each allocation the evidence says must not be uninitialised -> why: a read before any
     write (sanitizer), or a read site no test runs. Names culprits without testing edits one by one."""
     out: dict[str, str] = {}

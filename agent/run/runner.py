@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agent.checks import Checker, Evaluation, summarize
+from agent.checks import Checker, Evaluation, Evidence, grade, summarize
 from agent.checks.patchinfo import changes_anything, diff_summary
 from agent.checks.render import verdict_line
 from agent.env.sandbox import base_env, isolation
@@ -53,20 +53,25 @@ class RunPaths:
 
 @dataclass
 class Candidates:
-    """Every graded state of the workspace, written to checks.json as each lands, and told to the
-    progress display (`checks` as a check starts, `checked` with its verdict as it ends)."""
+    """Every graded state of the workspace, written to checks.json as each lands (its evidence beside
+    its evaluation, so it can be re-graded), and told to the progress display (`checks` as a check
+    starts, `checked` with its verdict as it ends)."""
 
     checker: Checker
     checks_file: Path
     on_event: Callable[[str, dict], None] = lambda kind, data: None
     seen: list[tuple[str, Evaluation, bool]] = field(default_factory=list)  # (diff, evaluation, full?)
+    evidence: list[Evidence] = field(default_factory=list)  # what each of `seen` was graded from
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def grade(self, diff: str, *, full: bool, perf: bool = True) -> Evaluation:
         self.on_event("checks", {"full": full, "n": len(self.seen) + 1, "diff": diff_summary(diff)})
-        ev = self.checker.evaluate(diff, quick=not full, perf=perf, reference=full)
+        evidence = self.checker.collect(diff, quick=not full, perf=perf, reference=full)
+        ev = grade(evidence, self.checker.task.spec)
         self.seen.append((diff, ev, full))
-        self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json")})
+        self.evidence.append(evidence)
+        self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json"),
+                         "evidence": evidence.model_dump(mode="json")})
         write_json(self.checks_file, self.log)
         self.on_event("checked", {"full": full, "n": len(self.seen), "verdict": ev.verdict, "line": verdict_line(ev),
                                   "duration_s": ev.duration_s})
@@ -140,7 +145,8 @@ def run_task(
 
     def run_checks_tool(perf: bool) -> ToolResult:
         ev = grade(full=False, perf=perf)
-        return ToolResult(summarize(ev), data={"evaluation": ev.model_dump(mode="json")})
+        return ToolResult(summarize(ev), data={"evaluation": ev.model_dump(mode="json"),
+                                               "evidence": candidates.evidence[-1].model_dump(mode="json")})
 
     def grade_submission() -> tuple[bool, str]:
         try:
@@ -156,7 +162,7 @@ def run_task(
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
                             command_timeout_s=min(600.0, limits.timeout_s),
-                            env=base_env(bin_dir=checker.interpreter().bin_dir))
+                            env=base_env(bin_dir=checker.sides.interpreter().bin_dir))
             trajectory = Trajectory(paths.trajectory)
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)

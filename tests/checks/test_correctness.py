@@ -96,7 +96,7 @@ def test_binary_and_escaping_patches_are_refused_without_being_applied(tmp_path)
             assert ev.verdict == "rejected" and not ev.hygiene.ok
             assert word in " ".join(ev.hygiene.problems)
             assert ev.correctness is None
-        assert c._baseline is None, "a refused patch does not even need a workspace"
+        assert c.sides._baseline is None, "a refused patch does not even need a workspace"
     assert not (tmp_path / "outside.py").exists()
 
 

@@ -70,7 +70,7 @@ def test_lines_recorded_without_coverage_in_the_target(tmp_path: Path, python: s
     task = load_task(write_task(tmp_path, python))
     with Checker(task, tmp_path / "work") as checker:
         ev = checker.evaluate(BOTH_CHANGED, perf=False)
-        env = checker.environment()
+        env = checker.sides.environment()
     assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
     assert ev.coverage.measured
     assert ev.coverage.covered == ["calc.py:2"] and ev.coverage.uncovered == ["calc.py:6"]

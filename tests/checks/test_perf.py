@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.checks import FULL, Checker, SamplingPolicy, summarize
+from agent.checks import collect
 from agent.checks.lock import device_lock, lock_path
 from agent.checks.perf import parse_metric, sample
 from agent.checks.stats import sequential_alpha
@@ -110,7 +111,7 @@ def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
 
         def close(self):
             pass
-    monkeypatch.setattr(Checker, "_bench", lambda self, sides: Bench())
+    monkeypatch.setattr(collect, "_bench", lambda checker_sides, bench_sides: Bench())
     return Checker(load_task(tmp_path / "task.toml"), tmp_path / "work", lock_dir=tmp_path / "locks", seed=2), src
 
 
@@ -221,7 +222,7 @@ def test_injected_20_percent_slowdown_is_found_with_the_true_ratio_in_the_interv
         assert p.p_value < p.alpha and ev.speedup < 1 and p.stop_reason == f"significant after {p.n_pairs} pairs"
     else:
         assert p.stop_reason.startswith("max pairs reached (20)") and "could not tell" in summarize(ev), seen
-    assert (checker.lock_dir / "cpu.lock").exists()
+    assert (checker.measuring.lock_dir / "cpu.lock").exists()
 
 
 @pytest.mark.slow

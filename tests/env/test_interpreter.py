@@ -46,7 +46,7 @@ def test_venv_is_built_once_and_used_by_tests_and_bench(tmp_path: Path, own_cach
     said: list[str] = []
     with Checker(task, tmp_path / "work", log=said.append) as checker:
         ev = checker.evaluate(PATCH, quick=True)
-        venv = checker.interpreter().venv
+        venv = checker.sides.interpreter().venv
     assert venv is not None and venv.parent == own_cache / "venvs" and (venv / READY).is_file()
     assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
     assert str(venv) in ev.correctness.plain.output_tail, "the test ran with the venv's python"

@@ -72,8 +72,13 @@ def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server,
     assert ev["verdict"] == "pass" and ev["correctness"]["poison"]["passed"]
     lines = [json.loads(x) for x in (tmp / "results/r1/tiny/trajectory.jsonl").read_text().splitlines()]
     assert [x["type"] for x in lines].count("response") == 4 and lines[-1]["type"] == "end"
-    assert json.loads((tmp / "results/r1/tiny/checks.json").read_text())[0]["full"] is True
+    checks = json.loads((tmp / "results/r1/tiny/checks.json").read_text())
+    assert checks[0]["full"] is True
     assert not list((tmp / "results").rglob("*.tmp"))  # atomic writes leave no temp files
+    # the run re-graded from its recorded evidence, running nothing: the same evaluations
+    regraded = perfagent(["check", str(task_file), "--regrade", str(tmp / "results/r1/tiny"), "--json"], tmp)
+    assert regraded.returncode == 0, regraded.stderr
+    assert json.loads(regraded.stdout) == [c["evaluation"] for c in checks]
 
 
 def test_api_error_is_one_line_and_keeps_results(task_file, fake_server):

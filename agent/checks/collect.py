@@ -1,0 +1,286 @@
+"""Gather the evidence on one patch: hygiene, integrity, the test runs (plain and poisoned, with
+coverage, the sanitizer and the read-site analysis beside them), compute-sanitizer where asked,
+and the interleaved A/B samples. Facts only: whether they make a pass is `grade`'s to say; it is
+asked here only whether measuring more could still change the answer.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import libcst as cst
+
+from agent.analyzers.reads import read_sites
+from agent.checks import coverage, sanitizer
+from agent.checks import perf as perfmod
+from agent.checks.correctness import run_check
+from agent.checks.evaluation import CommandRun, Correctness, DiffStats, Hygiene, PerfResult, ReadSiteResult, ReferenceResult
+from agent.checks.evidence import Evidence
+from agent.checks.grade import decided
+from agent.checks.integrity import check_integrity, is_test_path
+from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
+from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
+from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
+from agent.checks.sides import CheckError, Sides
+from agent.checks.stats import compare_paired, fraction_of_reference, speedup
+from agent.checks.stats import preload as preload_stats
+from agent.env.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How the A/B samples are taken: the device lock's folder, the seed, the two sampling policies."""
+
+    lock_dir: Path = DEFAULT_LOCK_DIR
+    seed: int | None = None
+    full: SamplingPolicy = FULL
+    quick: SamplingPolicy = QUICK
+
+
+def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False,
+            measuring: Measuring = Measuring()) -> Evidence:
+    """Everything the checks can find on `patch` (a unified diff against base). Raises PatchError
+    if it does not apply."""
+    start = time.monotonic()
+    e = Evidence(task_id=sides.task.id, quick=quick)
+    if not changes_anything(patch):
+        return e.model_copy(update={"changes": False})
+    problems = hygiene_problems(patch)
+    if problems:
+        return e.model_copy(update={"hygiene": Hygiene(ok=False, problems=problems)})
+    try:
+        cand = sides.candidate(patch)
+    except CheckError as err:
+        return e.model_copy(update={"error": str(err)})
+    try:
+        _gather(sides, cand, e, quick=quick, perf=perf, reference=reference, measuring=measuring)
+    except CheckError as err:
+        e.error = str(err)
+    finally:
+        sides.scrub()
+    e.duration_s = round(time.monotonic() - start, 2)
+    return e
+
+
+def _gather(sides: Sides, cand: Workspace, e: Evidence, *, quick: bool, perf: bool, reference: bool,
+            measuring: Measuring) -> None:
+    spec = sides.task.spec
+    e.diff_stats = diff_stats(cand)  # stages everything
+    files = cand.changed_files()
+    diff = cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", cand.base_commit)
+    changed = added_lines(diff)
+    e.integrity = check_integrity(cand.root, sides.baseline().root, files, installed=sides.installed(),
+                                  is_test=lambda p: is_test_path(p, spec.protected),
+                                  lines={f.path: set(f.lines) for f in changed})
+    e.protected_violations = cand.restore_paths(sides.protected)
+    if e.integrity.refused:  # nothing of a patch that rewires the tests is run
+        return
+    changed = [f for f in changed if f.path not in e.protected_violations]  # those are base's again
+    e.changed_lines = {f.path: f.lines for f in changed}
+    allocations = uninitialised_allocations(cand.root, changed)
+    e.uninitialised = [f"{path}:{n}" for path, (_, lines) in allocations.items() for n in lines]
+    e.environment = sides.environment().model_copy(update={
+        "base_commit": cand.base_commit, "candidate_commit": cand.snapshot("perfagent candidate")})
+    e.setup = sides.setup(cand)
+    if e.setup is not None and not e.setup.passed:  # nothing can run on a checkout that did not set up
+        return
+    measure = perf and spec.perf is not None
+    bench_sides = _bench_sides(sides, cand, reference) if measure else {}
+    bench = _bench(sides, bench_sides) if measure else None  # its server imports torch while the tests run
+    if measure:
+        threading.Thread(target=preload_stats, daemon=True).start()
+    try:
+        _correctness(sides, cand, e, changed, allocations)
+        if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
+            # evidence beside the tests', whether or not they failed
+            e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
+        if bench is not None and not decided(e, spec):
+            if reference and "reference" not in bench_sides:
+                e.reference = ReferenceResult(error=sides.reference_missing)
+            _sample(sides, e, bench_sides, bench, quick=quick, measuring=measuring)
+    finally:
+        if bench is not None:
+            bench.close()
+
+
+def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileLines],
+                 allocations: dict[str, tuple[str, list[int]]]) -> None:
+    spec = sides.task.spec.correctness
+    workdir = sides.workdir
+    py_files = [f.path for f in changed if f.path.endswith(".py")]
+    lines_dir = coverage.prepare(workdir / "coverage", cand.root, py_files) if py_files else None
+    reads_dir = (sanitizer.prepare(workdir / "sanitizer", cand.root, py_files, spec.kernels)
+                 if py_files and spec.sanitizing else None)
+    launcher = sides.tests()
+
+    def run(name: str) -> CommandRun:
+        return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
+                         lines_dir=lines_dir if name == "plain" else None,
+                         sanitize_dir=reads_dir if name == "poison" else None)
+
+    # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
+    # a GPU, where two test processes could exhaust device memory. The poisoned run (and the
+    # sanitizer in it) runs after a failing plain run too: it names the cause, the buffers read.
+    parallel = spec.poison and not e.environment.gpu
+    sides.log(f"tests{' (plain + poisoned, in parallel)' if parallel else ''}: {spec.command}")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
+        if parallel:
+            plain, poison = pool.map(run, ["plain", "poison"])
+        else:
+            plain, poison = run("plain"), None
+            if spec.poison:
+                sides.log("tests, poisoned (uninitialised memory = NaN / max int)")
+                poison = run("poison")
+    e.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)
+    if reads_dir is not None and poison is not None:
+        e.sanitizer = sanitizer.collect(reads_dir, cand.root, changed)
+    if changed:
+        rec = coverage.recorded(lines_dir) if lines_dir is not None else coverage.Recorded(lines={})
+        e.coverage = coverage.classify(cand.root, changed, rec)
+        if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
+            e.read_sites = _read_sites(cand.root, found.result(), rec)
+
+
+def _bench_sides(sides: Sides, cand: Workspace, reference: bool) -> dict[str, Path]:
+    out = {"baseline": sides.baseline().root, "candidate": cand.root}
+    ref = sides.reference() if reference else None
+    if ref is not None:
+        out["reference"] = ref.root
+    return out
+
+
+def _bench(sides: Sides, bench_sides: dict[str, Path]) -> Bench:
+    assert sides.task.spec.perf is not None
+    return Bench(sides.task.spec.perf, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
+                 warm=sides.warm)
+
+
+def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, *, quick: bool,
+            measuring: Measuring) -> None:
+    """Interleaved samples of every side, holding the device's lock. A reference whose bench fails is
+    dropped and the rest measured again; a baseline whose bench fails makes the task uncheckable."""
+    spec = sides.task.spec.perf
+    assert spec is not None
+    policy = measuring.quick if quick else measuring.full
+    seed = measuring.seed if measuring.seed is not None else secrets.randbelow(2**31)
+    device = e.environment.device or "cpu"
+    result = PerfResult(metric=spec.metric, direction=spec.direction, min_effect=spec.min_effect, seed=seed,
+                        device=device)
+    asked = time.monotonic()
+    with device_lock(device, measuring.lock_dir, sides.log):
+        start = time.monotonic()
+        result.lock_wait_s = round(start - asked, 2)
+        result.started_at = round(time.time(), 3)
+        samples = None
+        try:
+            while samples is None and result.error is None:
+                try:
+                    samples = perfmod.sample(bench_sides, spec, policy, seed=seed, log=sides.log, bench=bench)
+                except BenchError as err:
+                    if err.side == "reference" and "reference" in bench_sides:  # rare: drop it, measure again
+                        e.reference = ReferenceResult(error=str(err))
+                        bench_sides = {k: v for k, v in bench_sides.items() if k != "reference"}
+                        bench.close()
+                        bench = _bench(sides, bench_sides)
+                    else:
+                        result.error, result.error_side = str(err), err.side
+        finally:
+            result.processes = bench.mode
+            bench.close()
+            result.duration_s = round(time.monotonic() - start, 2)  # inside the lock: never overlaps another
+    e.perf = result
+    if result.error is not None:
+        if result.error_side != "candidate":
+            raise CheckError(result.error)
+        return
+    assert samples is not None and samples.comparison is not None
+    c = samples.comparison
+    e.perf = result.model_copy(update={
+        "unit": samples.unit, "timer": samples.timer, "baseline_samples": samples.values["baseline"],
+        "candidate_samples": samples.values["candidate"], "warmup_samples": samples.warmup,
+        "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]),
+        "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
+        "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
+        "verdict": c.verdict, "precise": c.precise, "alpha": c.alpha, "max_pairs": policy.max_pairs,
+        "cv": c.cv, "stop_reason": c.stop_reason})
+    if "reference" in samples.values:
+        e.reference = _reference(e.perf, samples.values["reference"])
+
+
+def _reference(p: PerfResult, samples: list[float]) -> ReferenceResult:
+    """The reference against the baseline, in the same rounds and at the same per-look level (sampling
+    stopped on the candidate's answer)."""
+    assert p.ratio is not None
+    r = compare_paired(p.baseline_samples, samples, p.direction, p.min_effect, p.seed,
+                       alpha=p.alpha if p.alpha is not None else 0.05)
+    ref_speedup = speedup(r.ratio, p.direction)
+    # a share of the reference's gain means something only when both gains are significant
+    both_faster = p.verdict == "faster" and r.verdict == "faster"
+    return ReferenceResult(
+        ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict, samples=samples,
+        speedup=ref_speedup,
+        fraction_of_reference=fraction_of_reference(speedup(p.ratio, p.direction), ref_speedup) if both_faster else None)
+
+
+def diff_stats(ws: Workspace) -> DiffStats:
+    ws.changed_files()  # stages everything
+    files, ins, dels = [], 0, 0
+    for line in ws.repo.git.diff("--cached", "--numstat", "--no-ext-diff", "--no-textconv", ws.base_commit).splitlines():
+        a, d, path = line.split("\t", 2)
+        files.append(path)
+        ins += int(a) if a.isdigit() else 0
+        dels += int(d) if d.isdigit() else 0
+    return DiffStats(files=files, insertions=ins, deletions=dels)
+
+
+_UNINITIALISED = re.compile(r"\b(empty|empty_like|new_empty|empty_strided|new_empty_strided)\s*\(")
+
+
+def uninitialised_allocations(root: Path, changed: list[FileLines]) -> dict[str, tuple[str, list[int]]]:
+    """Changed Python files' text and the changed lines in them that allocate uninitialised memory."""
+    out: dict[str, tuple[str, list[int]]] = {}
+    for fl in changed:
+        if not fl.path.endswith(".py"):
+            continue
+        try:
+            text = (root / fl.path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        source = text.splitlines()
+        allocs = [n for n in fl.lines if 0 < n <= len(source) and _UNINITIALISED.search(source[n - 1])]
+        if allocs:
+            out[fl.path] = (text, allocs)
+    return out
+
+
+def _find_read_sites(allocations: dict[str, tuple[str, list[int]]]) -> dict[str, dict]:
+    """Every read of a buffer the patch allocates uninitialised (static analysis), per file."""
+    out = {}
+    for path, (text, allocs) in allocations.items():
+        try:
+            out[path] = read_sites(text, allocs, path)
+        except cst.ParserSyntaxError:
+            continue
+    return out
+
+
+def _read_sites(root: Path, found_in: dict[str, dict], rec: coverage.Recorded) -> list[ReadSiteResult]:
+    """Whether the tests ran each read site: one no test reaches is a path on which nothing shows
+    the buffer is written first."""
+    out: list[ReadSiteResult] = []
+    for path, found in found_in.items():
+        ran = coverage.statements_run(root / path, rec)
+        if ran is None:
+            continue
+        for line, sites in sorted(found.items()):
+            out += [ReadSiteResult(buffer=f"{path}:{line}", line=s.line, function=s.function, how=s.how,
+                                   guard=s.guard, executed=s.statement in ran) for s in sites]
+    return out

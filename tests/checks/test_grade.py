@@ -1,0 +1,144 @@
+"""The verdict rules, over evidence: each rule, the precedence between them, and re-grading. No
+checkout, no process: these run in milliseconds (the end-to-end paths are tested beside the checker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, Hygiene, InitcheckResult, PerfResult,
+                                     ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
+from agent.checks.evidence import Evidence, EvidenceError, load_recorded
+from agent.checks.grade import FINAL, RULES, grade
+from agent.checks.integrity import Flag, IntegrityResult
+from agent.task import TaskSpec
+
+SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD", "correctness": {"command": "pytest"},
+                                "perf": {"command": "python bench.py", "metric": "ms", "max_speedup": 10}})
+STRENGTH = ["error", "no-change", "rejected", "fail", "unverified", "suspicious"]
+
+
+def run(name: str, passed: bool = True, failing: list[str] | None = None) -> CommandRun:
+    return CommandRun(name=name, command="pytest", exit_code=0 if passed else 1, passed=passed, duration_s=1.0,
+                      failing_tests=failing or [])
+
+
+def passing(**update) -> Evidence:
+    """The evidence of a clean, covered, 2x faster change; `update` replaces fields."""
+    e = Evidence(task_id="t", changed_lines={"m.py": [3]}, uninitialised=["m.py:3"],
+                 correctness=Correctness(plain=run("plain"), poison=run("poison")),
+                 coverage=CoverageResult(changed=["m.py:3"], covered=["m.py:3"]), sanitizer=SanitizerResult(),
+                 read_sites=[ReadSiteResult(buffer="m.py:3", line=5, executed=True)],
+                 perf=PerfResult(metric="ms", direction="lower", ratio=0.5, ci_low=0.45, ci_high=0.55,
+                                 verdict="faster", baseline_samples=[2.0] * 8, candidate_samples=[1.0] * 8))
+    return e.model_copy(update=update)
+
+
+UNCOVERED = CoverageResult(changed=["m.py:3"], uncovered=["m.py:3"])
+IMPLAUSIBLE = PerfResult(metric="ms", direction="lower", ratio=0.01, verdict="faster")
+READ = UninitRead(buffer="m.py:3", op="aten.cumsum.default", code="buf = torch.empty(n)")
+
+
+def test_a_clean_change_passes_with_no_reasons():
+    ev = grade(passing(), SPEC)
+    assert (ev.verdict, ev.reasons) == ("pass", []) and ev.speedup == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("update, verdict, reason", [
+    ({"error": "setup failed on the baseline (exit 1)"}, "error", "setup failed on the baseline"),
+    ({"hygiene": Hygiene(ok=False, problems=["binary file"])}, "rejected", "patch refused: binary file"),
+    ({"integrity": IntegrityResult(refused=["conftest.py: test collection"])}, "rejected", "patch refused: conftest"),
+    ({"protected_violations": ["tests/test_m.py"]}, "rejected", "touches protected paths: tests/test_m.py"),
+    ({"setup": run("setup", passed=False)}, "fail", "setup command failed (exit 1)"),
+    ({"correctness": Correctness(plain=run("plain", False, ["tests/t.py::test_a"]), poison=run("poison"))},
+     "fail", "tests fail: tests/t.py::test_a"),
+    ({"correctness": Correctness(plain=run("plain"), poison=run("poison", False))},
+     "fail", "tests fail with uninitialised memory poisoned"),
+    ({"sanitizer": SanitizerResult(reads=[READ])}, "fail", "buffers read before they are written (sanitizer)"),
+    ({"initcheck": InitcheckResult(reads=[DeviceRead(kernel="k", kind="global read")])}, "fail", "compute-sanitizer"),
+    ({"perf": PerfResult(metric="ms", direction="lower", error="candidate bench failed (exit 1)",
+                         error_side="candidate")}, "fail", "candidate bench failed"),
+    ({"coverage": UNCOVERED}, "unverified", "changed lines no test executed: m.py:3"),
+    ({"coverage": CoverageResult(measured=False, note="no coverage data")}, "unverified", "no coverage data"),
+    ({"sanitizer": SanitizerResult(measured=False, note="sanitizer off")}, "unverified", "sanitizer off"),
+    ({"initcheck": InitcheckResult(measured=False, note="output over 8 MB", run=run("initcheck"))},
+     "unverified", "uninitialised device reads not measured: output over 8 MB"),
+    ({"read_sites": [ReadSiteResult(buffer="m.py:3", line=9, executed=False)]}, "unverified",
+     "m.py:9 reads the buffer allocated uninitialised at line 3"),
+    ({"integrity": IntegrityResult(flags=[Flag(path="m.py", line=4, reason="monkeypatches torch")])},
+     "suspicious", "flagged: m.py:4: monkeypatches torch"),
+    ({"perf": IMPLAUSIBLE}, "suspicious", "suspicious speedup: speedup 100x exceeds the plausibility bound of 10x"),
+    ({"changes": False, "correctness": None, "coverage": None, "perf": None}, "no-change", None),
+])
+def test_each_rule_gives_its_verdict_and_says_why(update, verdict, reason):
+    ev = grade(passing(**update), SPEC)
+    assert ev.verdict == verdict, ev.reasons
+    if reason is None:
+        assert ev.reasons == [] and "changes nothing" in ev.note
+    else:
+        assert any(reason in r for r in ev.reasons), ev.reasons
+
+
+def test_the_rules_are_listed_strongest_first():
+    order = [STRENGTH.index(v) for v, _ in RULES]
+    assert order == sorted(order) and set(STRENGTH) == {v for v, _ in RULES}
+    assert FINAL == {"error", "no-change", "rejected", "fail"}
+
+
+def test_unread_memory_that_nothing_watched_matters_only_where_the_patch_allocates_it():
+    unwatched = {"sanitizer": SanitizerResult(measured=False, note="sanitizer off")}
+    assert grade(passing(**unwatched), SPEC).verdict == "unverified"
+    assert grade(passing(**unwatched, uninitialised=[]), SPEC).verdict == "pass"
+
+
+def test_an_unverified_change_stays_unverified_however_fast_it_seems():
+    """The speed of a change says nothing about whether it is correct: before, the same unverified patch
+    read `suspicious` when the machine was loaded enough to make its speedup look implausible."""
+    ev = grade(passing(coverage=UNCOVERED, perf=IMPLAUSIBLE), SPEC)
+    assert ev.verdict == "unverified"
+    assert ev.reasons[0].startswith("changed lines no test executed") and "suspicious speedup" in ev.reasons[1]
+    assert ev.perf.verdict == "suspicious" and ev.integrity.plausibility
+
+
+def test_a_failing_change_is_not_argued_about_further():
+    failing = Correctness(plain=run("plain", False, ["t::a"]), poison=run("poison"))
+    ev = grade(passing(correctness=failing, coverage=UNCOVERED, protected_violations=["tests/x.py"]), SPEC)
+    assert ev.verdict == "rejected"  # protected paths touched: refused, and the tests' failure is said too
+    assert [r.split(":")[0] for r in ev.reasons] == ["touches protected paths", "tests fail"]
+
+
+def test_the_reference_can_vouch_for_a_large_speedup():
+    vouched = ReferenceResult(ratio=0.012, verdict="faster", speedup=80.0)
+    assert grade(passing(perf=IMPLAUSIBLE, reference=vouched), SPEC).verdict == "pass"
+
+
+def test_grading_changes_nothing_of_the_evidence():
+    e = passing(coverage=UNCOVERED, perf=IMPLAUSIBLE)
+    before = e.model_dump()
+    grade(e, SPEC)
+    assert e.model_dump() == before
+
+
+def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_path):
+    """A task's bound raised after the run: the same evidence, graded again, passes."""
+    recorded = tmp_path / "checks.json"
+    e = passing(perf=IMPLAUSIBLE)
+    recorded.write_text(json.dumps([{"time": 0, "full": True, "evaluation": grade(e, SPEC).model_dump(mode="json"),
+                                     "evidence": e.model_dump(mode="json")}]))
+    (r,) = load_recorded(tmp_path)
+    assert r.evaluation["verdict"] == "suspicious"
+    looser = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 1000})})
+    assert grade(r.evidence, looser).verdict == "pass"
+
+
+def test_files_without_evidence_are_one_clear_error(tmp_path):
+    old = tmp_path / "checks.json"
+    old.write_text(json.dumps([{"time": 0, "full": True, "evaluation": {"verdict": "pass"}}]))
+    with pytest.raises(EvidenceError, match="carry no evidence"):
+        load_recorded(old)
+    with pytest.raises(EvidenceError, match="cannot read"):
+        load_recorded(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"changes": "perhaps"}')
+    with pytest.raises(EvidenceError, match="not evidence perfagent wrote"):
+        load_recorded(tmp_path / "bad.json")
