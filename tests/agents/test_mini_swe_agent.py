@@ -27,7 +27,7 @@ from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
 from agent.run.external import run_external
 from agent.run.loop import Limits
-from agent.run.result import Report
+from agent.results.report import Report
 from agent.task import Task, load_task
 
 pytestmark = pytest.mark.skipif(shutil.which("mini") is None,
