@@ -133,9 +133,10 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
             _LIVE.discard(child)
     wall = time.monotonic() - start
     report_file = res_dir / REPORT
-    report = None if timed_out else report_or_none(report_file)
+    written = report_or_none(report_file)  # a timed-out job's report is not trusted, but its gradings took time
+    report = None if timed_out else written
     common = dict(exit_code=code, wall_s=round(wall, 3), device=child_env.get("CUDA_VISIBLE_DEVICES"),
-                  commands_s=round(commands_seconds(res_dir, report), 3))
+                  commands_s=round(commands_seconds(res_dir, written), 3))
     out = Path(cfg.out_dir)
     if report is None:
         why = f"timed out after {job.timeout_s:g}s" if timed_out else f"exit code {code}: {_last_line(log_path)}"

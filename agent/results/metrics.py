@@ -11,7 +11,7 @@ cannot "match" a reference that gains little. Only tasks with a reference are co
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from agent.results.record import JobRecord
 

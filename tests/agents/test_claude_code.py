@@ -19,9 +19,9 @@ from agent.agents import make_agent
 from agent.cli import main
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
+from agent.results.report import Report, read_report
 from agent.run.external import run_external
 from agent.run.loop import Limits
-from agent.results.report import Report, read_report
 
 pytestmark = pytest.mark.skipif(shutil.which("claude") is None,
                                 reason="Claude Code is not installed (npm install -g @anthropic-ai/claude-code)")

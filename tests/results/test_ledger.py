@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from agent.results.ledger import Ledger
 from helpers import rec
+
+from agent.results.ledger import Ledger
+
 
 def test_ledger_append_and_torn_line(tmp_path):
     ledger = Ledger(tmp_path)

@@ -11,6 +11,7 @@ from agent.results.load import commands_seconds, summarize_run
 from agent.results.report import read_report
 from agent.results.tables import summary_markdown
 
+
 def test_commands_time_counts_each_grading_once(tmp_path):
     graded = {"verdict": "pass", "duration_s": 5.0}
     (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import rec
 
 from agent.results.metrics import geometric_mean, opt_at_k, reaches_reference
-from helpers import rec
+
 
 def test_geometric_mean():
     assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)

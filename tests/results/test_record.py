@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from helpers import rec
+
 from agent.results.metrics import reaches_reference
 from agent.results.summary import summarize
-from helpers import rec
 
 
 def test_a_pass_from_a_run_that_hit_an_error_limit_is_not_correct():

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import rec
 
 from agent.models.base import Usage
 from agent.results.summary import BatchSummary, summarize
 from agent.results.tables import summary_markdown, summary_tables
-from helpers import rec
+
 
 def test_summarize_counts_rates_and_spend():
     recs = [
