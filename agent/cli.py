@@ -212,9 +212,9 @@ def _regrade(task: Task, path: Path, json_to: str | None, out: Console) -> int:
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
-    from agent.batch.driver import BatchConfig, BatchError, load_tasks, read_plan, run_batch
-    from agent.batch.plan import Plan
-    from agent.batch.summary import summary_tables
+    from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
+    from agent.results.plan import Plan, read_plan
+    from agent.results.tables import summary_tables
     from agent.run.entry import require_sandbox
     from agent.run.names import check_run_id, new_run_id
 

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import git
 
-from agent.batch.driver import model_slug
-from agent.batch.ledger import JobRecord, Ledger, figures_from_report
-from agent.batch.summary import summarize_run, write_summary
 from agent.checks import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
                           ReferenceResult, compare)
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
+from agent.results.layout import model_slug
+from agent.results.ledger import Ledger
+from agent.results.load import summarize_run
+from agent.results.record import JobRecord, figures_from_report
+from agent.results.report import Report
+from agent.results.tables import write_summary
 from agent.run.loop import Outcome
-from agent.run.result import Report
 from agent.run.runner import report_of
 from agent.util.files import write_json
 from agent.task import load_task
@@ -254,6 +256,13 @@ def write_job(out: Path, run_id: str, job: Job, seed: int = 0, key: str | None =
     if job.rejected:
         (patches / "rejected.diff").write_text(DIFF)
     return report
+
+
+def rec(task="t", model="m", sample=0, status="done", verdict="pass", speedup=None, ref=None, has_ref=False,
+        **kw) -> JobRecord:
+    """A job record as the ledger holds it, for the pure summary tests."""
+    return JobRecord(key=f"{task}/{model_slug(model)}/s{sample}", task=task, model=model, sample=sample, status=status,
+                     verdict=verdict, speedup=speedup, reference_speedup=ref, has_reference=has_ref, **kw)
 
 
 def make_batch(out: Path, run_id: str = "batch-a", *, jobs: list[Job] | None = None, damage: bool = True) -> Path:

@@ -1,5 +1,6 @@
 """The layout's promises, checked on the source: data flows one way, so no import cycle between
-modules of agent/ (imports inside functions included), and only entry points import the CLI.
+modules of agent/ (imports inside functions included), only entry points import the CLI, and
+the "never" arrows hold (review reads results, never run or batch; results is below them all).
 Test modules share code through helpers.py and fixtures, never by importing each other.
 
     python -m pytest -q tests/test_layout.py      # prints every cycle it finds
@@ -12,6 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = {"agent.__main__"}  # `python -m agent`; the console script names agent.cli:main itself
+NEVER = {  # package -> the packages none of its modules may import
+    "agent.review": ("agent.run", "agent.batch"),
+    "agent.results": ("agent.run", "agent.batch", "agent.review", "agent.cli"),
+}
 
 
 def module_name(path: Path, top: Path) -> str:
@@ -98,6 +103,32 @@ def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
 def test_only_entry_points_import_the_cli():
     importers = sorted(m for m, deps in graph(ROOT / "agent").items() if "agent.cli" in deps and m not in ENTRY_POINTS)
     assert importers == []
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def forbidden(g: dict[str, set[str]], never: dict[str, tuple[str, ...]]) -> list[str]:
+    """Every "never" arrow the graph has, as "importer -> imported"."""
+    return sorted(f"{m} -> {d}" for m, deps in g.items() for pkg, banned in never.items() if inside(m, pkg)
+                  for d in deps if any(inside(d, b) for b in banned))
+
+
+def test_review_never_imports_run_or_batch_and_results_imports_none_above_it():
+    found = forbidden(graph(ROOT / "agent"), NEVER)
+    assert found == [], "forbidden imports:\n" + "\n".join(found)
+
+
+def test_the_never_check_finds_a_function_level_import(tmp_path):
+    pkg = tmp_path / "agent"
+    for sub in ("review", "batch"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "batch" / "ledger.py").write_text("")
+    (pkg / "review" / "load.py").write_text("def f():\n    from agent.batch import ledger\n")
+    assert forbidden(graph(pkg), NEVER) == ["agent.review.load -> agent.batch.ledger"]
 
 
 def test_test_modules_do_not_import_each_other():

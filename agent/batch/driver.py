@@ -7,16 +7,15 @@ retried on resume, since their cause is usually transient; a done job (any job t
 report, whatever the agent achieved) is never run twice, and a skipped one gets no second
 line unless it can now run.
 
-Statistics: summary.py (pure, reusable). Job processes: executors.py (local pool, Ray),
-forkserver.py (warm forks) and job.py (one job). Ledger lines: ledger.py. The plan: plan.py.
+Job processes: executors.py (local pool, Ray), forkserver.py (warm forks) and job.py (one
+job); how a session grows the plan: plan.py. What the batch leaves (layout, ledger, plan
+schema, records, summary, tables) and how it is read back: agent/results/.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,33 +24,25 @@ from typing import Iterator, Sequence
 
 from rich.console import Console
 
-from agent.batch.executors import (Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor,
-                                   clear_job, job_paths)
-from agent.batch.ledger import JobRecord, Ledger
-from agent.batch.plan import PLAN, Plan, PlannedJob
+from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
+from agent.batch.plan import extended
 from agent.batch.progress import BatchProgress
-from agent.batch.summary import BatchSummary, summarize_run, write_summary
 from agent.options import RunOptions
+from agent.results.layout import PLAN, job_key, job_paths, model_slug
+from agent.results.ledger import Ledger
+from agent.results.load import summarize_run
+from agent.results.plan import PlannedJob, read_plan
+from agent.results.record import JobRecord
+from agent.results.summary import BatchSummary
+from agent.results.tables import write_summary
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import Task, TaskError, load_task_set
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
            "model_slug", "run_batch", "summarize_run"]
 
-MAX_SLUG = 60
-
-
 class BatchError(Exception):
     """A batch that cannot start (bad models, a run id in use, no Ray): one line for the user."""
-
-
-def model_slug(spec: str) -> str:
-    """A folder name for a model spec: anything but [A-Za-z0-9._-] becomes "-", it starts with a letter or
-    digit (a valid job name segment); long ones end in a hash."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.strip()).lstrip("-._").rstrip("-.") or "model"
-    if len(slug) > MAX_SLUG:
-        slug = slug[: MAX_SLUG - 9].rstrip("-.") + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
-    return slug
 
 
 def model_arg(spec: str, cwd: Path) -> str:
@@ -82,7 +73,7 @@ def expand_jobs(tasks: Sequence[Task], models: Sequence[str], samples: int, *, c
             check_job(t.id)  # the first segment of its jobs' names (a task id may be longer than a name)
         except BadName as e:
             raise BatchError(f"{t.file}: {e}") from None
-    return [JobSpec(key=f"{t.id}/{model_slug(m)}/s{k}", task=t.id, task_file=str(t.file), model=m,
+    return [JobSpec(key=job_key(t.id, m, k), task=t.id, task_file=str(t.file), model=m,
                     model_arg=model_arg(m, cwd), sample=k, requires_gpu=t.spec.requires_gpu,
                     has_reference=t.reference_patch is not None,
                     timeout_s=job_timeout_s or 2 * t.spec.budget.timeout_s + 1800)
@@ -108,7 +99,7 @@ class BatchOutcome:
     summary: BatchSummary
     run_dir: Path
     ran: int  # jobs that ran in this session
-    failed: int  # jobs of the run that count against it (`summary.is_failure`): failed, errored; exit 1 if any
+    failed: int  # jobs of the run that count against it (`JobRecord.failure`): failed, errored; exit 1 if any
     skipped: int
     elapsed_s: float
     summary_json: Path
@@ -137,15 +128,10 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def read_plan(run_dir: Path) -> Plan:
-    """The plan of `results/<run-id>`; empty when there is none."""
-    return Plan.read(run_dir / PLAN)
-
-
 def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], cfg: BatchConfig, samples: int) -> None:
     planned = [PlannedJob(key=j.key, task=j.task, model=j.model, sample=j.sample) for j in jobs]
-    read_plan(run_dir).extended(run_id=cfg.run_id, source=cfg.source, models=models, samples=samples,
-                                options=cfg.options, jobs=planned).write(run_dir / PLAN)
+    extended(read_plan(run_dir), run_id=cfg.run_id, source=cfg.source, models=models, samples=samples,
+             options=cfg.options, jobs=planned).write(run_dir / PLAN)
 
 
 def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:

@@ -27,9 +27,13 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from agent.batch.forkserver import ForkServer
-from agent.batch.ledger import JobRecord, commands_seconds, figures_from_report, is_retryable, load_report
 from agent.env.gpu import nvidia_gpus
+from agent.models.base import OFFLINE_MODELS
 from agent.options import RunOptions
+from agent.results.layout import REPORT, job_paths
+from agent.results.load import commands_seconds, report_or_none
+from agent.results.record import JobRecord, figures_from_report
+from agent.results.report import Report
 from agent.run.entry import RunRequest
 
 OnStart = Callable[["JobSpec", str | None], None]
@@ -70,12 +74,6 @@ class LaunchConfig:
 
 
 # -- one job ------------------------------------------------------------------------------------
-def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
-    """(results folder, patch folder) of a job."""
-    out = Path(out_dir)
-    return out / "results" / run_id / key, out / "patches" / run_id / key
-
-
 def clear_job(out_dir: Path | str, run_id: str, key: str) -> None:
     """Remove what an interrupted attempt left, so a re-run starts clean and nothing stale is read.
 
@@ -134,11 +132,12 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
         with _LIVE_LOCK:
             _LIVE.discard(child)
     wall = time.monotonic() - start
-    report_file = res_dir / "report.json"
+    report_file = res_dir / REPORT
+    written = report_or_none(report_file)  # a timed-out job's report is not trusted, but its gradings took time
+    report = None if timed_out else written
     common = dict(exit_code=code, wall_s=round(wall, 3), device=child_env.get("CUDA_VISIBLE_DEVICES"),
-                  commands_s=round(commands_seconds(res_dir), 3))
+                  commands_s=round(commands_seconds(res_dir, written), 3))
     out = Path(cfg.out_dir)
-    report = None if timed_out else load_report(report_file)
     if report is None:
         why = f"timed out after {job.timeout_s:g}s" if timed_out else f"exit code {code}: {_last_line(log_path)}"
         return job.record("failed", reason=f"no report: {why}", **common)
@@ -148,6 +147,20 @@ def run_job(job: JobSpec, cfg: LaunchConfig, env: dict[str, str] | None = None, 
                       report=report_file.relative_to(out).as_posix(),
                       patch=patch.relative_to(out).as_posix() if patch.is_file() else None,
                       **common, **figures_from_report(report))
+
+
+def is_retryable(report: Report) -> str | None:
+    """Why a written report still counts as a failed job, else None: the run was interrupted (SIGINT,
+    SIGTERM), or a provider's API failed mid-run, which a retry may not meet again. Offline models
+    (OFFLINE_MODELS) are deterministic, so their errors are results, not failures."""
+    if report.subtype != "error_during_execution":
+        return None
+    if report.result.startswith("interrupted"):
+        return report.result
+    if not report.result.startswith("model error"):
+        return None
+    used = set(report.modelUsage)
+    return None if used and used <= OFFLINE_MODELS else report.result
 
 
 class _Spawned:

@@ -15,9 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from agent.batch.ledger import JobRecord
-from agent.batch.summary import is_failure, outcome
 from agent.batch.executors import JobSpec
+from agent.results.record import JobRecord
 
 MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}
 
@@ -84,9 +83,9 @@ class BatchProgress:
 
     def _line(self, r: JobRecord) -> str:
         what = r.reason if r.status != "done" else " ".join(
-            x for x in (outcome(r), f"{r.speedup:.3g}x" if r.speedup else None, r.perf_verdict) if x)
+            x for x in (r.outcome, f"{r.speedup:.3g}x" if r.speedup else None, r.perf_verdict) if x)
         cost = "" if r.cost_usd is None else f" ${r.cost_usd:.4f}"
-        mark = MARK["failed"] if is_failure(r) else MARK[r.status]  # an error subtype is never a tick
+        mark = MARK["failed"] if r.failure else MARK[r.status]  # an error subtype is never a tick
         return f"{mark} {r.key}  {what}{cost}  [dim]{r.wall_s:.1f}s[/]"
 
     def __rich__(self) -> Group:

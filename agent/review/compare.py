@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.batch.summary import ModelSummary, TaskRow, is_failure
+from agent.results.summary import ModelSummary, TaskRow
 from agent.review.load import Results, RunView
 from agent.review.rows import fmt_speedup, run_outcome
 
@@ -117,7 +117,7 @@ def _best(runs: list[RunView]) -> RunView | None:
 
 
 def _failures(runs: list[RunView]) -> int:
-    return sum(1 for r in runs if r.record is not None and is_failure(r.record))
+    return sum(1 for r in runs if r.record is not None and r.record.failure)
 
 
 def compare_results(a: Results, b: Results) -> list[CompareRow]:

@@ -32,9 +32,10 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from agent.batch.summary import BatchSummary, sections
 from agent.checks.evaluation import Evaluation
 from agent.checks.render import Row
+from agent.results.summary import BatchSummary
+from agent.results.tables import sections
 from agent.review.load import PatchFile, Results, RunView
 from agent.review.rows import (EMPTY_PATCH, ClaimRow, TokenCost, agent_rows, check_rows, claim_rows, contestant,
                                fmt_cost, fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_outcome,

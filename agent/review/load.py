@@ -1,9 +1,9 @@
 """Read a results folder (one run, one job, or a batch) into the records every view shows.
 
 Every headline number (verdict, speedup, cost, turns, the per-model and per-task tables)
-comes from `agent.batch.summary.summarize_run`, the function that writes summary.json, so
-the views and summary.json cannot disagree. report.json is read through the one schema
-(`Report.read`): a job whose report is missing or unusable is shown as such, never a crash.
+comes from the one loader (`agent.results.load`) and the summary that writes summary.json, so
+the views and summary.json cannot disagree. report.json is read through the one reader
+(`read_report`): a job whose report is missing or unusable is shown as such, never a crash.
 """
 
 from __future__ import annotations
@@ -11,15 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.batch.ledger import JobRecord, Ledger, figures_from_report, load_report
-from agent.batch.plan import PLAN, Plan
-from agent.batch.summary import BatchSummary, report_model, summarize, summarize_run
 from agent.checks.evaluation import Evaluation, PerfResult
-from agent.run.result import AgentRun, Report, ReportError
-from agent.util.files import iter_jsonl
+from agent.results.layout import (
+    ARTIFACTS,
+    EMITTED,
+    LEDGER,
+    REJECTED,
+    REPORT,
+    job_folders,
+    locate,
+    out_dir_of,
+)
+from agent.results.load import job_identity, load_run, trajectory_model
+from agent.results.record import JobRecord
+from agent.results.report import AgentRun, Report, ReportError, read_report
+from agent.results.summary import BatchSummary
 
-ARTIFACTS = ("report.json", "trajectory.jsonl", "checks.json", "batch.log")
-EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
+__all__ = ["ARTIFACTS", "PatchFile", "Results", "ReviewError", "RunView", "load_results"]
 
 
 class ReviewError(Exception):
@@ -105,7 +113,7 @@ class Results:
 
     @property
     def is_batch(self) -> bool:
-        return (self.run_dir / "batch.jsonl").is_file() or any("/" in r.key for r in self.runs)
+        return (self.run_dir / LEDGER).is_file() or any("/" in r.key for r in self.runs)
 
 
 def load_results(path: str | Path) -> Results:
@@ -113,11 +121,12 @@ def load_results(path: str | Path) -> Results:
     path = Path(path)
     if not path.is_dir():
         raise ReviewError(f"{path}: no such results folder")
-    run_dir, only = _locate(path)
-    summary = _summary(run_dir)
+    run_dir, only = locate(path)
+    folder = load_run(run_dir)
+    summary = folder.summary()
     records = {r.key: r for r in summary.jobs}
-    planned = _planned(run_dir)
-    keys = set(records) | set(_job_folders(run_dir)) | set(planned)
+    planned = {j.key: j.model for j in folder.plan.jobs}
+    keys = set(records) | set(job_folders(run_dir)) | set(planned)
     if only is not None:
         keys = {k for k in keys if k == only}
     if not keys:
@@ -128,78 +137,12 @@ def load_results(path: str | Path) -> Results:
     return Results(run_dir=run_dir, run_id=run_dir.name, summary=summary, runs=runs)
 
 
-def read_report(path: Path) -> tuple[Report | None, str | None]:
+def _read(path: Path) -> tuple[Report | None, str | None]:
     """(report, problem): a missing or unusable report.json is a line to show, not an exception."""
     try:
-        return Report.read(path), None
+        return read_report(path), None
     except ReportError as e:
         return None, str(e)
-
-
-def _summary(run_dir: Path) -> BatchSummary:
-    """The batch's own summary of the run; a report it cannot parse does not take the view down.
-
-    summarize_run is what writes summary.json. If a structurally broken report.json makes it
-    raise, summary.json could not have been written from these files either; then the summary
-    is made by the same `summarize` from the ledger, or from the reports that do parse.
-    """
-    try:
-        return summarize_run(run_dir)
-    except (AttributeError, TypeError, ValueError, KeyError):
-        pass
-    out_dir, ledger = run_dir.parent.parent, Ledger(run_dir)
-    if ledger.path.is_file():
-        base = list(ledger.latest().values())
-    else:
-        base = [_folder_record(run_dir, k) for k in _job_folders(run_dir) if (run_dir / k / "report.json").is_file()]
-    records = []
-    for r in base:
-        report = load_report(out_dir / r.report) if r.report else None
-        records.append(r.model_copy(update=figures_from_report(report)) if report is not None else r)
-    return summarize(records, run_id=run_dir.name)
-
-
-def _folder_record(run_dir: Path, key: str) -> JobRecord:
-    """A job the ledger does not know: its folder (and report, for a single run's model) names it."""
-    report_file = run_dir / key / "report.json"
-    task, model, sample = _split_key(key, load_report(report_file))
-    return JobRecord(key=key, task=task, model=model, sample=sample, status="done",
-                     report=report_file.relative_to(run_dir.parent.parent).as_posix())
-
-
-def _locate(path: Path) -> tuple[Path, str | None]:
-    """(run folder, job key or None): a job folder is recognised by its artifacts."""
-    path = path.resolve()
-    if not any((path / a).exists() for a in ARTIFACTS):
-        return path, None
-    for up in (path.parent, path.parent.parent, path.parent.parent.parent):
-        if (up / "batch.jsonl").is_file() or up.parent.name == "results":
-            return up, path.relative_to(up).as_posix()
-    return path.parent, path.name
-
-
-def _planned(run_dir: Path) -> dict[str, str]:
-    """key -> model of every job in the batch's plan (batch.json), if there is one."""
-    return {j.key: j.model for j in Plan.read(run_dir / PLAN).jobs}
-
-
-def _job_folders(run_dir: Path) -> list[str]:
-    """Every folder under the run holding any job artifact: finds jobs whose report.json is gone."""
-    found = {p.parent for a in ARTIFACTS for p in run_dir.rglob(a)}
-    return [d.relative_to(run_dir).as_posix() for d in found if d != run_dir]
-
-
-def _split_key(key: str, report: Report | None) -> tuple[str, str, int]:
-    parts = key.split("/")
-    if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
-        return parts[0], report_model(report, parts[1]), int(parts[2][1:])
-    return parts[0], report_model(report), 0
-
-
-def _trajectory_model(job_dir: Path) -> str | None:
-    """The model named by the trajectory's first record: who ran a job that left no report."""
-    first = next(iter_jsonl(job_dir / "trajectory.jsonl"), {})
-    return str(first["model"]) if first.get("model") else None
 
 
 def _patch(candidates: list[Path], rejected: bool) -> PatchFile | None:
@@ -218,15 +161,15 @@ def _patches(out_dir: Path, run_dir: Path, key: str, record: JobRecord | None) -
 
 
 def _run_view(run_dir: Path, key: str, record: JobRecord | None, slugs: dict[str, str]) -> RunView:
-    out_dir = run_dir.parent.parent
-    report_path = out_dir / record.report if record and record.report else run_dir / key / "report.json"
-    report, problem = read_report(report_path)
+    out_dir = out_dir_of(run_dir)
+    report_path = out_dir / record.report if record and record.report else run_dir / key / REPORT
+    report, problem = _read(report_path)
     pending = record is None and not (run_dir / key).is_dir()
     if problem == "report.json missing" and (pending or (record is not None and record.status != "done")):
         problem = None  # a pending, skipped or failed job has no report; the ledger says why
-    task, model, sample = (record.task, record.model, record.sample) if record else _split_key(key, report)
+    task, model, sample = (record.task, record.model, record.sample) if record else job_identity(key, report)
     if model == "unknown":
-        model = _trajectory_model(run_dir / key) or model
+        model = trajectory_model(run_dir / key) or model
     model = slugs.get(model, model) if record is None else model  # the batch's name for a model slug
     return RunView(key=key, task=task, model=model, sample=sample, dir=run_dir / key, record=record, report=report,
                    problem=problem, pending=pending, patches=_patches(out_dir, run_dir, key, record))

@@ -16,13 +16,18 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 from agent.agents import OWN_AGENT, split_spec
-from agent.batch.summary import outcome
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
 from agent.models.base import Usage
+from agent.results.report import (
+    AgentRound,
+    AgentRun,
+    ModelUsage,
+    PermissionDenial,
+    Report,
+)
 from agent.review.load import ARTIFACTS, PatchFile, RunView
-from agent.run.result import AgentRound, AgentRun, ModelUsage, PermissionDenial, Report
 
 if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
@@ -41,12 +46,12 @@ def verdict_level(verdict: str) -> Level:
 
 
 def run_outcome(run: RunView) -> str:
-    """What the run came to, as the batch's tables count it (`agent.batch.summary.outcome`): an error
+    """What the run came to, as the batch's tables count it (`JobRecord.outcome`): an error
     subtype wins over the verdict (a run that hit max turns is never shown "pass"), an empty submission
     is "no change"; a pending job, or one whose report is missing or corrupt, says so."""
     if run.pending or run.problem or run.record is None:
         return run.verdict
-    return outcome(run.record)
+    return run.record.outcome
 
 
 def sort_runs(runs: list[RunView], by: SortKey = "job") -> list[RunView]:

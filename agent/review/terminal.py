@@ -9,13 +9,13 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from agent.batch.summary import summary_tables
 from agent.checks.render import LEVEL_STYLE, rows_table
+from agent.results.report import Report
+from agent.results.tables import summary_tables
 from agent.review.load import PatchFile, Results, ReviewError, RunView
 from agent.review.rows import (EMPTY_PATCH, SortKey, agent_rows, check_rows, claim_rows, contestant, fmt_cost,
                                fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_outcome, run_summary,
                                sample_plot, sort_runs, token_costs, verdict_level)
-from agent.run.result import Report
 
 
 def _verdict_text(verdict: str) -> Text:

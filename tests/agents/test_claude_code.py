@@ -19,9 +19,9 @@ from agent.agents import make_agent
 from agent.cli import main
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
+from agent.results.report import Report, read_report
 from agent.run.external import run_external
 from agent.run.loop import Limits
-from agent.run.result import Report
 
 pytestmark = pytest.mark.skipif(shutil.which("claude") is None,
                                 reason="Claude Code is not installed (npm install -g @anthropic-ai/claude-code)")
@@ -183,7 +183,7 @@ def test_missing_binary_is_one_line_and_a_report(tmp_path, fake_server, monkeypa
                  "--out", str(tmp_path / "out"), "--run-id", "nobin", "--quiet"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err, err
-    report = Report.read(tmp_path / "out" / "results" / "nobin" / "fixture" / "report.json")
+    report = read_report(tmp_path / "out" / "results" / "nobin" / "fixture" / "report.json")
     assert report.result == ("claude-code: `claude-not-installed` not found on PATH; install it with: "
                              "npm install -g @anthropic-ai/claude-code")
     assert report.is_error and fake_server.requests == []
@@ -214,7 +214,7 @@ def test_one_batch_compares_our_loop_with_claude_code(tmp_path, fake_server, sec
     by_model = {m["model"]: m for m in summary["models"]}
     assert set(by_model) == {"rules", f"claude-code:{MODEL}"}
     assert by_model[f"claude-code:{MODEL}"]["correct"] == 1
-    claude = Report.read(out / "results" / "vs" / "fixture" / f"claude-code-{MODEL}" / "s0" / "report.json")
+    claude = read_report(out / "results" / "vs" / "fixture" / f"claude-code-{MODEL}" / "s0" / "report.json")
     assert claude.agent.name == "claude-code" and claude.total_cost_usd == pytest.approx(0.02085)
     table = (out / "results" / "vs" / "summary.md").read_text()
     assert f"claude-code:{MODEL}" in table and "rules" in table  # one table compares both

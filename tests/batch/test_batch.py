@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from agent.batch.driver import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
-from agent.batch.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor, job_request
-from agent.batch.ledger import JobRecord, Ledger, commands_seconds, is_retryable
-from agent.batch.summary import (BatchSummary, geometric_mean, opt_at_k, reaches_reference, summarize,
-                                 summarize_run, summary_markdown, summary_tables)
+from agent.batch.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor, is_retryable, job_request
 from agent.cli import build_parser, main
-from agent.models.base import Usage
 from agent.options import options_from_args
-from agent.run.result import Report
-from helpers import make_repo
+from agent.results.ledger import Ledger
+from agent.results.load import summarize_run
+from agent.results.record import JobRecord
+from agent.results.report import Report
+from agent.results.summary import BatchSummary, summarize
+from helpers import make_repo, rec
 
 # -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
 MOD = "COST = 10.0\n\n\ndef f():\n    return COST\n"
@@ -116,54 +116,6 @@ def ledger_lines(run_dir: Path) -> list[dict]:
 
 
 # -- pure parts ------------------------------------------------------------------------------------------------
-def rec(task="t", model="m", sample=0, status="done", verdict="pass", speedup=None, ref=None, has_ref=False, **kw):
-    return JobRecord(key=f"{task}/{model_slug(model)}/s{sample}", task=task, model=model, sample=sample, status=status,
-                     verdict=verdict, speedup=speedup, reference_speedup=ref, has_reference=has_ref, **kw)
-
-
-def test_geometric_mean():
-    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
-    assert geometric_mean([]) is None and geometric_mean([0.0, -1.0]) is None
-
-
-def test_opt_at_k_follows_gso():
-    by_task = {
-        "solved": [rec(verdict="fail", speedup=3.0, ref=2.0, has_ref=True),  # fast but incorrect: no
-                   rec(sample=1, speedup=1.9, ref=2.0, has_ref=True)],  # 95% of 2.0 = 1.9: yes
-        "short": [rec(speedup=1.89, ref=2.0, has_ref=True), rec(sample=1, speedup=1.2, ref=2.0, has_ref=True)],
-        "broken": [rec(verdict="fail", has_ref=True)],  # no sample correct: counted, not solved
-        "small": [rec(speedup=1.05, ref=1.04, has_ref=True)],  # matches a reference that gains little: < 1.2x
-        "no-ref": [rec(speedup=5.0)],  # no reference patch: not counted
-    }
-    assert opt_at_k(by_task) == (1, 4)
-    assert not reaches_reference(rec(status="failed", speedup=3.0, ref=2.0))
-
-
-def test_summarize_counts_rates_and_spend():
-    recs = [
-        rec("a", "m1", 0, speedup=2.0, ref=2.0, has_ref=True, perf_verdict="faster", cost_usd=0.5,
-            tokens=Usage(input_tokens=100, output_tokens=10), wall_s=10, model_s=4, commands_s=5),
-        rec("a", "m1", 1, verdict="fail", cost_usd=None, wall_s=3),
-        rec("b", "m1", 0, speedup=8.0, perf_verdict="faster", cost_usd=0.25, wall_s=2),
-        rec("b", "m1", 1, status="failed", verdict=None, reason="no report"),
-        rec("g", "m1", 0, status="skipped", verdict=None, reason="needs a GPU"),
-    ]
-    s = summarize(recs, run_id="r", samples=2, planned=[(r.key, r.model) for r in recs] + [("g/m1/s1", "m1")])
-    (m,) = s.models
-    assert (m.jobs, m.done, m.failed, m.skipped, m.pending) == (4, 3, 1, 1, 1)
-    assert (m.correct, m.correct_rate, m.faster) == (2, 0.5, 2)
-    assert m.geomean_speedup == pytest.approx(4.0) and m.speedup_jobs == 2
-    assert (m.opt_solved, m.opt_tasks, m.opt_at_k, m.opt_k) == (1, 1, 1.0, 2)
-    assert m.cost_usd == 0.75 and m.cost_unknown_jobs == 2 and m.cost_per_job == pytest.approx(0.375)
-    assert m.tokens.total == 110 and m.overhead_s == pytest.approx(1 + 3 + 2)
-    row = next(t for t in s.tasks if t.task == "a")
-    assert row.opt is True and row.best_speedup == 2.0 and row.correct == 1
-    assert next(t for t in s.tasks if t.task == "g").statuses == {"skipped": 1}
-    again = BatchSummary.model_validate_json(s.to_json())
-    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/3"
-    assert "| m1 | 4 | 2 (50%)" in summary_markdown(s) and len(summary_tables(s)) == 3
-
-
 def test_model_slugs_are_safe_and_distinct(tmp_path):
     assert model_slug("anthropic:claude-sonnet-4-5") == "anthropic-claude-sonnet-4-5"
     assert model_slug("replay:runs/a b/trajectory.jsonl") == "replay-runs-a-b-trajectory.jsonl"
@@ -182,18 +134,6 @@ def test_expand_jobs(project):
     assert jobs[0].key == "t1/rules/s0" and jobs[0].has_reference and not jobs[0].requires_gpu
     with pytest.raises(BatchError, match="share the folder"):
         expand_jobs(ts, ["a:b", "a/b"], 1, cwd=root)
-
-
-def test_ledger_append_and_torn_line(tmp_path):
-    ledger = Ledger(tmp_path)
-    ledger.append(rec("a", status="failed", verdict=None))
-    ledger.append(rec("a", speedup=1.5))
-    ledger.append(rec("b"))
-    with open(ledger.path, "a") as f:
-        f.write('{"key": "c", "task": "c", "mod')  # a writer killed mid-line
-    latest = ledger.latest()
-    assert set(latest) == {"a/m/s0", "b/m/s0"} and latest["a/m/s0"].status == "done"
-    assert all(r.finished_at > 0 for r in ledger.lines())
 
 
 def test_only_a_providers_api_error_is_a_failed_job():
@@ -217,20 +157,6 @@ def test_run_flags_pass_allow_unsandboxed_to_every_job():
     opts = job_options("--timeout", "3", "--allow-unsandboxed")
     assert (opts.timeout_s, opts.allow_unsandboxed) == (3, True)
     assert not job_options("--stream").allow_unsandboxed
-
-
-def test_commands_time_counts_each_grading_once(tmp_path):
-    graded = {"verdict": "pass", "duration_s": 5.0}
-    (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},
-                                                      {"full": True, "evaluation": graded}]))
-    run = {"type": "tool_result", "name": "run", "duration_s": 1.5}
-    (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")
-    report = {"type": "result", "evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    assert commands_seconds(tmp_path) == 8.5  # the final evaluation is the logged full one
-    report["evaluation"]["duration_s"] = 30.0  # made after the loop: not in checks.json
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    assert commands_seconds(tmp_path) == 8.5 + 30.0
 
 
 def test_gpu_pool_spreads_jobs():
@@ -281,48 +207,6 @@ def test_resume_runs_only_unfinished_jobs(project):
     gpu = StubExecutor(gpus=1)
     run_batch(ts, ["m"], 2, cfg, executor=gpu)  # now a GPU: the skipped jobs run, nothing else
     assert gpu.ran == ["tgpu/m/s0", "tgpu/m/s1"]
-
-
-def test_summarize_run_without_ledger(tmp_path):
-    """Runs made one by one with `perfagent run --job <task>/<model>/s<k>` are summarised from their reports."""
-    run_dir = tmp_path / "results" / "solo"
-    for k, verdict in enumerate(["pass", "fail"]):
-        d = run_dir / "t1" / "anthropic-claude-sonnet-4-5" / f"s{k}"
-        d.mkdir(parents=True)
-        perf = {"metric": "ms", "direction": "lower", "ratio": 1 / 1.5, "verdict": "faster"}
-        (d / "report.json").write_text(json.dumps({
-            "type": "result", "subtype": "success", "total_cost_usd": 0.1, "duration_ms": 2000, "duration_api_ms": 500,
-            "usage": {"input_tokens": 10, "output_tokens": 5}, "evaluation": {"verdict": verdict, "perf": perf}}))
-    s = summarize_run(run_dir)
-    (m,) = s.models
-    assert m.model == "anthropic-claude-sonnet-4-5" and m.jobs == 2 and m.correct == 1 and m.faster == 1
-    assert m.cost_usd == pytest.approx(0.2) and m.model_s == 1.0 and s.samples == 2
-
-
-def test_an_external_agents_jobs_group_under_its_spec(tmp_path):
-    """Claude Code and our loop on the same API model are two contestants, labelled by their specs."""
-    agent = {"name": "claude-code", "model": "claude-sonnet-4-5", "version": "2.1.330"}
-    run_dir = tmp_path / "results" / "solo"
-    for folder, extra in (("claude-code-claude-sonnet-4-5", {"agent": agent}), ("anthropic-claude-sonnet-4-5", {})):
-        d = run_dir / "t1" / folder / "s0"
-        d.mkdir(parents=True)
-        (d / "report.json").write_text(json.dumps({
-            "type": "result", "total_cost_usd": 0.1, "modelUsage": {"claude-sonnet-4-5": {"costUSD": 0.1}},
-            "evaluation": {"verdict": "fail"}, **extra}))
-    s = summarize_run(run_dir)
-    assert sorted(m.model for m in s.models) == ["anthropic-claude-sonnet-4-5", "claude-code:claude-sonnet-4-5"]
-    assert "| claude-code:claude-sonnet-4-5 | 1 | 0 (0%)" in summary_markdown(s)
-    assert [t.model for t in s.tasks] == ["anthropic-claude-sonnet-4-5", "claude-code:claude-sonnet-4-5"]
-    (single,) = summarize_run(_single_run(tmp_path, agent)).models  # `perfagent run --agent`: no folder names it
-    assert single.model == "claude-code:claude-sonnet-4-5"
-
-
-def _single_run(tmp_path: Path, agent: dict) -> Path:
-    d = tmp_path / "results" / "one" / "t1"
-    d.mkdir(parents=True)
-    (d / "report.json").write_text(json.dumps({"type": "result", "modelUsage": {"claude-sonnet-4-5": {}},
-                                               "agent": agent}))
-    return d.parent
 
 
 def test_cli_errors_are_one_line(project, capsys):
@@ -470,7 +354,7 @@ class ScriptedExecutor(StubExecutor):
         self.out_dir, self.run_id, self.ends = out_dir, run_id, ends
 
     def run(self, jobs, on_start, on_finish):
-        from agent.batch.ledger import figures_from_report
+        from agent.results.record import figures_from_report
         from helpers import Job, write_job
 
         for j in jobs:
@@ -530,33 +414,6 @@ def test_a_clean_batch_exits_0(project, monkeypatch):
     assert scripted_cli_batch(root, tasks, monkeypatch, "clean", {"t1": "pass", "t2": "pass"}) == 0
     s = json.loads((root / "out/results/clean/summary.json").read_text())
     assert s["failed"] == 0 and s["models"][0]["correct"] == 2
-
-
-def test_wall_time_is_real_time_not_the_sum_of_jobs():
-    # two jobs of 60 s each, run side by side, ending 10 s apart: 70 s of wall time, 120 s of job time
-    recs = [rec("a", wall_s=60.0, finished_at=1000.0), rec("b", wall_s=60.0, finished_at=1010.0),
-            rec("c", status="skipped", verdict=None, wall_s=0.0, finished_at=5000.0)]
-    s = summarize(recs, run_id="r")
-    (m,) = s.models
-    assert s.wall_s == m.wall_s == pytest.approx(70.0) and s.job_s == m.job_s == pytest.approx(120.0)
-    md = summary_markdown(s)
-    assert "wall 70.0s from the first job's start" in md and "job time 2.0m" in md
-    assert "| 70.0s | 2.0m |" in md  # wall, then job time
-
-
-def test_of_ref_gain_only_from_significant_results():
-    recs = [rec("a", speedup=1.5, ref=2.0, has_ref=True, perf_verdict="faster", fraction_of_reference=0.5),
-            # correct but not significantly faster: the checker gave no fraction, and none is made up here
-            rec("b", speedup=1.02, ref=2.0, has_ref=True, perf_verdict="inconclusive", fraction_of_reference=None),
-            # a fraction on a job that is not significantly faster is not counted either
-            rec("c", speedup=1.04, ref=2.0, has_ref=True, perf_verdict="no significant change",
-                fraction_of_reference=0.04),
-            # an errored run's fraction does not count
-            rec("d", speedup=1.9, ref=2.0, has_ref=True, perf_verdict="faster", fraction_of_reference=0.9,
-                subtype="error_max_turns")]
-    (m,) = summarize(recs, run_id="r").models
-    assert m.fraction_of_reference == pytest.approx(0.5) and m.fraction_jobs == 1
-    assert m.correct == 3 and m.faster == 1 and m.errored == 1 and m.opt_solved == 0
 
 
 def test_the_live_line_never_ticks_an_errored_job():

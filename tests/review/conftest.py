@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from agent.checks.render import summarize
-from agent.run.result import AgentRound, AgentRun, Report
+from agent.results.report import AgentRound, AgentRun, Report
 from helpers import Job, write_job
 
 POISON_REASON = ("tests fail with uninitialised memory poisoned (a buffer is read before it is written): "

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agent.batch.summary import summarize_run, write_summary
 from agent.cli import main
+from agent.results.load import summarize_run
+from agent.results.report import read_report
+from agent.results.tables import write_summary
 from agent.review.compare import compare_results, render_compare
 from agent.review.load import load_results
 from agent.review.rows import run_outcome, sort_runs
 from agent.review.terminal import render_review
-from agent.run.result import Report
 from helpers import Job, make_batch
 
 GOOD, MAXED, REVERTED = "good/rules/s0", "maxturns/rules/s0", "reverted/rules/s0"
@@ -29,7 +30,7 @@ GOOD, MAXED, REVERTED = "good/rules/s0", "maxturns/rules/s0", "reverted/rules/s0
 def end_in_error(run_dir: Path, key: str, subtype: str = "error_max_turns",
                  result: str = "stopped after 3 turns without a passing submit") -> None:
     path = run_dir / key / "report.json"
-    report = Report.read(path)
+    report = read_report(path)
     report.model_copy(update={"subtype": subtype, "is_error": True, "result": result}).write(path)
 
 
@@ -139,3 +140,18 @@ def test_html_run_cards_show_what_each_run_came_to(tmp_path):
     badges = dict(re.findall(r'<article class="run" id="[^"]+" data-key="([^"]+)">\s*<h3><code>[^<]*</code> '
                              r'<span class="badge [a-z]+">([^<]+)</span>', html))
     assert badges == {GOOD: "pass", MAXED: "error_max_turns", REVERTED: "no change"}
+
+
+def test_a_run_that_hit_an_error_limit_has_one_answer_for_correct(tmp_path):
+    """Its last graded patch passed, but the run hit max turns. Two definitions of "correct" once
+    disagreed on it (the ledger record's said yes, the summary's no); now the record, the summary,
+    the review's outcome and compare's best speedup all say: not correct, a failure."""
+    res = load_results(scripted_batch(tmp_path))
+    maxed = next(r for r in res.runs if r.key == MAXED)
+    assert (maxed.record.verdict, maxed.record.subtype) == ("pass", "error_max_turns")
+    assert not maxed.record.correct and not maxed.record.faster and maxed.record.failure
+    assert run_outcome(maxed) == maxed.record.outcome == "error_max_turns"
+    (m,) = res.summary.models
+    assert [r.key for r in res.runs if r.record and r.record.correct] == [GOOD] and m.correct == 1
+    assert {t.task: t.correct for t in res.summary.tasks}["maxturns"] == 0
+    assert {r.task: r for r in compare_results(res, res)}["maxturns"].best_a is None

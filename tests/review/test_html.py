@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.summary import BatchSummary, summarize_run, write_summary
 from agent.cli import main
+from agent.results.load import summarize_run
+from agent.results.summary import BatchSummary
+from agent.results.tables import write_summary
 from agent.review.html import render_html, summary_sections, write_html
 from agent.review.load import load_results
 from helpers import DIFF, SONNET, Job, make_batch, write_job

@@ -17,9 +17,9 @@ from html.parser import HTMLParser
 import pytest
 
 from agent.checks import CommandRun, Correctness, Evaluation
+from agent.results.report import Report
 from agent.review.html import nice_ticks, render_html, tick_label
 from agent.review.load import load_results
-from agent.run.result import Report
 from agent.util.files import write_json
 from helpers import SONNET, Job, make_batch, write_job
 

@@ -17,18 +17,20 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agent.batch.driver import model_slug
-from agent.batch.ledger import JobRecord, Ledger
-from agent.batch.plan import Plan, PlannedJob
-from agent.batch.summary import summarize_run, write_summary
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import summarize
 from agent.cli import main
+from agent.results.layout import model_slug
+from agent.results.ledger import Ledger
+from agent.results.load import summarize_run
+from agent.results.plan import Plan, PlannedJob
+from agent.results.record import JobRecord
+from agent.results.report import AgentRound, AgentRun, ModelUsage, Report
+from agent.results.tables import write_summary
 from agent.review.compare import compare_results, render_compare
 from agent.review.load import Results, load_results
 from agent.review.rows import claim_rows, claim_vs_evidence, evidence_reasons, sample_plot, sort_runs, token_costs
 from agent.review.terminal import render_review
-from agent.run.result import AgentRound, AgentRun, ModelUsage, Report
 from helpers import SONNET, Job, default_jobs, evaluation, make_batch, write_job
 
 AGENT = "claude-code:claude-sonnet-4-5"

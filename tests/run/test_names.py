@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.driver import BatchConfig, BatchError, load_tasks, model_slug, run_batch
+from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
+from agent.results.layout import model_slug
 from agent.batch.executors import clear_job
 from agent.run.names import NAME, BadName, check_job, check_run_id
 from agent.run.runner import RunPaths

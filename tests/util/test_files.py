@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from agent.run.result import new_report
+from agent.results.report import new_report
 from agent.util.files import atomic_write, write_json
 
 

@@ -1,4 +1,5 @@
-"""report.json: one schema, written by the runner, read by the ledger, review, HTML and retry logic.
+"""report.json: one schema, written by the runner, and its one reader (`read_report`), which the
+batch, the loader, review, HTML and retry logic all go through.
 
 Its top level is exactly Claude Code's headless JSON result (`type`, `subtype`, `is_error`,
 `duration_ms`, `duration_api_ms`, `num_turns`, `result`, `session_id`, `total_cost_usd`,
@@ -156,17 +157,6 @@ class Report(BaseModel):
             where = ".".join(str(p) for p in first["loc"]) or "report"
             raise ReportError(f"report.json corrupt: {where}: {first['msg']}") from None
 
-    @classmethod
-    def read(cls, path: Path) -> "Report":
-        path = Path(path)
-        if not path.is_file():
-            raise ReportError("report.json missing")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ReportError(f"report.json corrupt: {type(e).__name__}: {e}") from None
-        return cls.parse(data)
-
     def write(self, path: Path) -> None:
         atomic_write(Path(path), self.to_json())
 
@@ -188,6 +178,19 @@ class Report(BaseModel):
     def verdict(self) -> str:
         """The evaluation's verdict; a report without an evaluation graded nothing: "error"."""
         return self.evaluation.verdict if self.evaluation is not None else "error"
+
+
+def read_report(path: Path) -> Report:
+    """The report at `path`; ReportError, whose message is the one line a view shows, when it is
+    missing or corrupt. Callers that go on without a report catch that, and only that."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError("report.json missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ReportError(f"report.json corrupt: {type(e).__name__}: {e}") from None
+    return Report.parse(data)
 
 
 def new_report(**fields: Any) -> Report:

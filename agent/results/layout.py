@@ -1,0 +1,78 @@
+"""Where a run's files are, and what a job's folder name means.
+
+`results/<run-id>/<job>/` holds a job's artifacts and `patches/<run-id>/<job>/` its diffs; `<job>`
+is the task id for `perfagent run`, and `<task>/<model-slug>/s<k>` in a batch. Every reader and
+writer names these paths through this module, and parses a job key with `split_key` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks.json", "batch.log"
+ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
+EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
+LEDGER, PLAN = "batch.jsonl", "batch.json"  # a batch's memory and its request, beside its jobs
+MAX_SLUG = 60
+
+
+def model_slug(spec: str) -> str:
+    """A folder name for a model spec: anything but [A-Za-z0-9._-] becomes "-", it starts with a letter or
+    digit (a valid job name segment); long ones end in a hash."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.strip()).lstrip("-._").rstrip("-.") or "model"
+    if len(slug) > MAX_SLUG:
+        slug = slug[: MAX_SLUG - 9].rstrip("-.") + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
+    return slug
+
+
+def job_key(task: str, model: str, sample: int) -> str:
+    """A batch job's key, which is also its folder: "<task>/<model-slug>/s<k>"."""
+    return f"{task}/{model_slug(model)}/s{sample}"
+
+
+@dataclass(frozen=True)
+class JobKey:
+    """A job key taken apart: `slug` is None for a single run's key (the task id alone)."""
+
+    task: str
+    slug: str | None
+    sample: int
+
+
+def split_key(key: str) -> JobKey:
+    """The one parse of a job key: "<task>/<slug>/s<k>" is a batch job, anything else a single run."""
+    parts = key.split("/")
+    if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
+        return JobKey(parts[0], parts[1], int(parts[2][1:]))
+    return JobKey(parts[0], None, 0)
+
+
+def out_dir_of(run_dir: Path) -> Path:
+    """The --out folder of `results/<run-id>`: ledger and plan paths are relative to it."""
+    return Path(run_dir).parent.parent
+
+
+def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
+    """(results folder, patch folder) of a job."""
+    out = Path(out_dir)
+    return out / "results" / run_id / key, out / "patches" / run_id / key
+
+
+def job_folders(run_dir: Path) -> list[str]:
+    """The key of every folder under the run holding any job artifact: finds jobs whose report.json is gone."""
+    found = {p.parent for a in ARTIFACTS for p in Path(run_dir).rglob(a)}
+    return [d.relative_to(run_dir).as_posix() for d in found if d != run_dir]
+
+
+def locate(path: Path) -> tuple[Path, str | None]:
+    """(run folder, job key or None) for a run folder or a job folder, recognised by its artifacts."""
+    path = Path(path).resolve()
+    if not any((path / a).exists() for a in ARTIFACTS):
+        return path, None
+    for up in (path.parent, path.parent.parent, path.parent.parent.parent):
+        if (up / LEDGER).is_file() or up.parent.name == "results":
+            return up, path.relative_to(up).as_posix()
+    return path.parent, path.name

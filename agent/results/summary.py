@@ -1,0 +1,191 @@
+"""What a batch achieved, per model and per task: `summarize`, pure, over job records.
+
+`agent.results.load.summarize_run(run_dir)` reads a run's files and hands them here, for the
+batch (summary.json) and for `perfagent review` / `report` / `compare` alike.
+
+Definitions (the ones the tables print):
+- jobs: jobs that ran (done + failed); skipped and pending jobs are counted apart.
+- correct, faster, failed, no change and each job's outcome: JobRecord's properties
+  (agent/results/record.py), the one definition of each. failed: did not run to a report, ended
+  in an error subtype, or could not be graded; any of them makes `perfagent batch` exit 1. An
+  errored job is never correct. no change: the agent submitted nothing, neither correct nor failed.
+- geomean speedup: over correct jobs that have a perf measurement.
+- Opt@K: GSO's, see agent/results/metrics.py.
+- fraction of reference ("of ref. gain"): mean of the checker's (s - 1) / (s_ref - 1) over
+  faster jobs whose reference was significantly faster too (the checker gives the fraction
+  only then); never recomputed here from point estimates.
+- wall: the real time from the first job's start to the last job's end; "job time" is the
+  sum of the jobs' times (with N workers, up to N times the wall).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.models.base import Usage
+from agent.results.metrics import (
+    OPT_MIN_SPEEDUP,
+    OPT_THRESHOLD,
+    geometric_mean,
+    opt_at_k,
+    rate,
+    reaches_reference,
+    wall_span,
+)
+from agent.results.record import JobRecord
+
+SCHEMA = "perfagent.batch-summary/3"  # 2: tokens are Usage's fields; 3: wall_s is real time, job_s the sum
+
+
+# -- the summary's shape ----------------------------------------------------------------------
+class ModelSummary(BaseModel):
+    model: str
+    jobs: int  # done + failed
+    done: int
+    failed: int  # status "failed": no report, interrupted, the provider's API failed
+    skipped: int
+    pending: int
+    errored: int = 0  # done, but the run ended in an error subtype (or its patch could not be graded)
+    errors: dict[str, int] = {}  # those by subtype (or verdict "error")
+    no_change: int = 0  # the agent submitted nothing: verdict no-change
+    correct: int
+    correct_rate: float | None
+    faster: int
+    faster_rate: float | None
+    geomean_speedup: float | None  # over correct jobs with a perf measurement
+    speedup_jobs: int  # how many jobs that mean is over
+    opt_k: int
+    opt_solved: int
+    opt_tasks: int  # tasks with a reference patch
+    opt_at_k: float | None
+    fraction_of_reference: float | None  # over `fraction_jobs` significant results only
+    fraction_jobs: int = 0
+    cost_usd: float  # known costs only
+    cost_unknown_jobs: int  # jobs whose model has no price
+    cost_per_job: float | None
+    tokens: Usage
+    wall_s: float | None  # real time: the first job's start to the last one's end
+    job_s: float = 0.0  # the jobs' times summed
+    model_s: float
+    commands_s: float
+    overhead_s: float
+    overhead_per_job_s: float | None
+
+
+class TaskRow(BaseModel):
+    task: str
+    model: str
+    jobs: int
+    correct: int
+    faster: int
+    best_speedup: float | None  # over correct samples
+    reference_speedup: float | None  # median over the samples that measured it
+    opt: bool | None  # None: the task has no reference
+    cost_usd: float
+    statuses: dict[str, int]
+    outcomes: dict[str, int] = {}  # `outcome` of each job: pass, fail, no change, error_max_turns, failed, ...
+
+
+class BatchSummary(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    run_id: str
+    generated_at: float
+    samples: int  # K
+    opt_threshold: float = OPT_THRESHOLD
+    opt_min_speedup: float = OPT_MIN_SPEEDUP
+    models: list[ModelSummary]
+    tasks: list[TaskRow]
+    jobs: list[JobRecord]
+    wall_s: float | None = None  # real time over every job: the first one's start to the last one's end
+    job_s: float = 0.0  # the jobs' times summed
+    failed: int = 0  # jobs that count against the batch (`JobRecord.failure`): its exit code is 1 when any does
+    elapsed_s: float | None = None  # this batch session's wall time (the driver's clock), when a batch wrote it
+    jobs_run: int | None = None  # jobs that ran in that session
+    jobs_per_minute: float | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+def summarize(records: Sequence[JobRecord], *, run_id: str, samples: int | None = None,
+              planned: Sequence[tuple[str, str]] = ()) -> BatchSummary:
+    """The summary of a run from its job records (last state per job). `planned`: (key, model) of every job."""
+    k = samples or max((r.sample + 1 for r in records), default=1)
+    by_model: dict[str, list[JobRecord]] = defaultdict(list)
+    for r in records:
+        by_model[r.model].append(r)
+    seen = {r.key for r in records}
+    pending: dict[str, int] = defaultdict(int)
+    for key, model in planned:
+        if key not in seen:
+            pending[model] += 1
+            by_model.setdefault(model, [])
+    models = [_model_summary(m, rs, k, pending[m]) for m, rs in by_model.items()]
+    tasks = [_task_row(t, m, rs) for (t, m), rs in _group(records, lambda r: (r.task, r.model)).items()]
+    ran = [r for r in records if r.status != "skipped"]
+    return BatchSummary(run_id=run_id, generated_at=time.time(), samples=k, models=models,
+                        tasks=sorted(tasks, key=lambda t: (t.task, t.model)),
+                        jobs=sorted(records, key=lambda r: r.key), wall_s=wall_span(ran),
+                        job_s=sum(r.wall_s for r in ran), failed=sum(r.failure for r in records))
+
+
+def _group(records: Iterable[JobRecord], key) -> dict[Any, list[JobRecord]]:
+    out: dict[Any, list[JobRecord]] = defaultdict(list)
+    for r in records:
+        out[key(r)].append(r)
+    return out
+
+
+def _model_summary(model: str, rs: list[JobRecord], k: int, pending: int) -> ModelSummary:
+    ran = [r for r in rs if r.status != "skipped"]
+    correct = [r for r in ran if r.correct]
+    speedups = [r.speedup for r in correct if r.speedup is not None]
+    # the checker gives a fraction only when both speedups are significant; a job must be faster too
+    fractions = [r.fraction_of_reference for r in ran if r.faster and r.fraction_of_reference is not None]
+    errors: dict[str, int] = defaultdict(int)
+    for r in ran:
+        if r.status == "done" and r.failure:
+            errors[r.outcome if r.errored else "verdict error"] += 1
+    solved, counted = opt_at_k(_group(ran, lambda r: r.task))
+    known = [r.cost_usd for r in ran if r.cost_usd is not None]
+    overhead = sum(r.overhead_s for r in ran)
+    return ModelSummary(
+        model=model, jobs=len(ran), done=sum(r.status == "done" for r in rs),
+        failed=sum(r.status == "failed" for r in rs), skipped=sum(r.status == "skipped" for r in rs),
+        pending=pending, errored=sum(errors.values()), errors=dict(errors),
+        no_change=sum(r.no_change and not r.failure for r in ran),
+        correct=len(correct), correct_rate=rate(len(correct), len(ran)),
+        faster=sum(r.faster for r in ran), faster_rate=rate(sum(r.faster for r in ran), len(ran)),
+        geomean_speedup=geometric_mean(speedups), speedup_jobs=len(speedups),
+        opt_k=k, opt_solved=solved, opt_tasks=counted, opt_at_k=rate(solved, counted),
+        fraction_of_reference=sum(fractions) / len(fractions) if fractions else None, fraction_jobs=len(fractions),
+        cost_usd=sum(known), cost_unknown_jobs=len(ran) - len(known),
+        cost_per_job=sum(known) / len(known) if known else None,
+        tokens=sum((r.tokens for r in ran), Usage()),
+        wall_s=wall_span(ran), job_s=sum(r.wall_s for r in ran), model_s=sum(r.model_s for r in ran),
+        commands_s=sum(r.commands_s for r in ran), overhead_s=overhead,
+        overhead_per_job_s=overhead / len(ran) if ran else None)
+
+
+def _task_row(task: str, model: str, rs: list[JobRecord]) -> TaskRow:
+    ran = [r for r in rs if r.status != "skipped"]
+    refs = sorted(r.reference_speedup for r in ran if r.reference_speedup is not None)
+    has_ref = any(r.has_reference for r in rs)
+    statuses: dict[str, int] = defaultdict(int)
+    outcomes: dict[str, int] = defaultdict(int)
+    for r in rs:
+        statuses[r.status] += 1
+        outcomes[r.outcome] += 1
+    return TaskRow(task=task, model=model, jobs=len(ran), correct=sum(r.correct for r in ran),
+                   faster=sum(r.faster for r in ran), outcomes=dict(outcomes),
+                   best_speedup=max((r.speedup for r in ran if r.correct and r.speedup is not None), default=None),
+                   reference_speedup=refs[len(refs) // 2] if refs else None,
+                   opt=any(reaches_reference(r) for r in ran) if has_ref else None,
+                   cost_usd=sum(r.cost_usd or 0.0 for r in ran), statuses=dict(statuses))

@@ -1,0 +1,121 @@
+"""The summary as tables: rows for the terminal (rich), summary.md and the HTML report, from one
+`sections`, so every view prints the same cells; and summary.json / summary.md written together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from agent.results.summary import BatchSummary, ModelSummary, TaskRow
+from agent.util.files import atomic_write
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}x"
+
+
+def _usd(x: float | None, unknown: int = 0) -> str:
+    s = "-" if x is None else f"${x:.4f}"
+    return s + (f" (+{unknown} unpriced)" if unknown else "")
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}s" if x < 120 else f"{x / 60:.1f}m"
+
+
+def _tok(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+QUALITY_COLUMNS = ("model", "jobs", "correct", "faster", "no change", "failed", "geomean speedup", "Opt@K",
+                   "of ref. gain")
+SPEND_COLUMNS = ("model", "cost", "cost/job", "tokens", "wall", "job time", "overhead/job", "skipped/pending")
+TASK_COLUMNS = ("task", "model", "jobs", "outcomes", "correct", "faster", "best speedup", "ref. speedup", "opt", "cost")
+
+
+def _failed_cell(m: ModelSummary) -> str:
+    """"2 (1 error_max_turns, 1 failed to run)": every job that counts against the batch, by why."""
+    why = {**({"failed to run": m.failed} if m.failed else {}), **m.errors}
+    n = m.failed + m.errored
+    return f"{n} ({', '.join(f'{c} {k}' for k, c in sorted(why.items()))})" if n else "0"
+
+
+def quality_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(m.model, str(m.jobs), f"{m.correct} ({_pct(m.correct_rate)})", f"{m.faster} ({_pct(m.faster_rate)})",
+             str(m.no_change), _failed_cell(m),
+             _x(m.geomean_speedup) + (f" (n={m.speedup_jobs})" if m.speedup_jobs else ""),
+             f"{_pct(m.opt_at_k)} ({m.opt_solved}/{m.opt_tasks})" if m.opt_tasks else "-",
+             _pct(m.fraction_of_reference) + (f" (n={m.fraction_jobs})" if m.fraction_jobs else ""))
+            for m in s.models]
+
+
+def spend_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(m.model, _usd(m.cost_usd, m.cost_unknown_jobs), _usd(m.cost_per_job), _tok(m.tokens.total),
+             _secs(m.wall_s), _secs(m.job_s), _secs(m.overhead_per_job_s), f"{m.skipped}/{m.pending}")
+            for m in s.models]
+
+
+def task_rows(s: BatchSummary) -> list[tuple[str, ...]]:
+    return [(t.task, t.model, str(t.jobs), _outcomes_cell(t), str(t.correct), str(t.faster), _x(t.best_speedup),
+             _x(t.reference_speedup), "-" if t.opt is None else ("yes" if t.opt else "no"), _usd(t.cost_usd))
+            for t in s.tasks]
+
+
+def _outcomes_cell(t: TaskRow) -> str:
+    """"1 pass, 1 error_max_turns": what each of the task's jobs came to (`outcome`)."""
+    counts = t.outcomes or t.statuses  # a summary.json written before outcomes were kept
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "-"
+
+
+def sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    rate = f", {s.jobs_per_minute:.2f} jobs/min" if s.jobs_per_minute else ""
+    times = f" (wall {_secs(s.wall_s)} from the first job's start to the last one's end; job time {_secs(s.job_s)})"
+    return [(f"batch {s.run_id}: results per model (Opt@K with K={s.samples})", QUALITY_COLUMNS, quality_rows(s)),
+            (f"batch {s.run_id}: spend per model{times if s.wall_s is not None else ''}{rate}", SPEND_COLUMNS,
+             spend_rows(s)),
+            ("per task", TASK_COLUMNS, task_rows(s))]
+
+
+def summary_tables(s: BatchSummary) -> list[Table]:
+    """The summary as rich tables: results per model, spend per model, one row per (task, model)."""
+    tables = []
+    for title, cols, rows in sections(s):
+        t = Table(title=title)
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        for row in rows:
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
+def summary_markdown(s: BatchSummary) -> str:
+    lines = [f"# batch {s.run_id}", "",
+             f"Opt@K (as GSO grades it): a task counts when one of its K={s.samples} samples is correct, at least "
+             f"{s.opt_min_speedup:g}x faster than the baseline, and reaches {s.opt_threshold:.0%} of the reference "
+             "patch's speedup. \"failed\": jobs that did not finish, ended in an error subtype (max turns, budget, "
+             "time, a crash) or could not be graded; an errored job is never correct. \"no change\": the agent "
+             "submitted nothing. \"of ref. gain\": mean (s - 1) / (s_ref - 1) over jobs significantly faster whose "
+             "reference was significantly faster too (n of them). \"wall\": first job start to last job end; "
+             "\"job time\": the jobs' times summed. Overhead: job time outside model calls and the target's "
+             "commands.", ""]
+    for title, cols, rows in sections(s):
+        lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_summary(run_dir: Path, s: BatchSummary) -> tuple[Path, Path]:
+    """summary.json and summary.md beside the ledger, each written atomically."""
+    js, md = Path(run_dir) / "summary.json", Path(run_dir) / "summary.md"
+    atomic_write(js, s.to_json())
+    atomic_write(md, summary_markdown(s))
+    return js, md
