@@ -188,7 +188,7 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     mask = by['self.bufs["mask"]']
     assert mask["evidence"] == "sanitizer" and mask["test"].endswith("test_warmup_before_fill")
     for k in ("self.total", "self.offsets"):
-        assert by[k]["evidence"] in ("tests", "poisoned tests") and by[k]["test"].endswith("test_fill")
+        assert by[k]["evidence"] in ("sanitizer", "tests", "poisoned tests") and by[k]["test"].endswith("test_fill")
         assert by[k]["hazard"] and "static hazard" not in by[k]["reason"]
     ev = report["evaluation"]
     assert ev["verdict"] == "pass" and ev["perf"]["verdict"] == "faster"
