@@ -78,7 +78,7 @@ class RunCard:
     samples_svg: Markup | None  # the perf samples, one dot each, medians marked
     ratio_svg: Markup | None  # the ratio's interval on an axis through 1.0
     perf_note: str  # why there is no perf chart, or the perf verdict
-    timeline: Timeline | None
+    timeline: Timeline | None  # where the run's time went
     timeline_svg: Markup | None
     edits: EditTable | None  # the offline policy's kept/rejected edits, from its records
     diffs: list[DiffCard]
@@ -120,8 +120,8 @@ def run_card(i: int, run: RunView) -> RunCard:
                    ended=run_summary(rep) if rep else "", checks=check_rows(run),
                    plot_title=plot_title(run.perf) if run.perf else "", samples_svg=sample_svg(run.evaluation),
                    ratio_svg=ratio_svg(run.evaluation), perf_note=_perf_note(run),
-                   timeline=tl, timeline_svg=timeline_svg(tl) if tl else None, edits=edit_table(run), diffs=[diff_card(p) for p in run.patches],
-                   result=rep.result if rep else "", costs=token_costs(rep),
+                   timeline=tl, timeline_svg=timeline_svg(tl) if tl else None, edits=edit_table(run),
+                   diffs=[diff_card(p) for p in run.patches], result=rep.result if rep else "", costs=token_costs(rep),
                    claims=claim_rows(agent, run.evaluation) if agent else [], agent_rows=agent_rows(run),
                    claim=printable(agent.claim) if agent else "")
 

@@ -190,6 +190,24 @@ def test_correct_runs_filled_others_hollow(batch):
     assert points[fail.key].attrs["fill"] == "#fff" and points[ok.key].attrs["fill"] != "#fff"
 
 
+def test_cost_bars_stack_each_contestants_cost_by_task(batch):
+    """Drawn with the page's own SVG kit (no chart library, no script): each task's part of a contestant's
+    bar is the batch summary's cost, stacked to scale from the axis up."""
+    results, page = batch
+    assert not any("pygal" in s.cls or "pygal-chart" in s.cls for s in page.svgs)
+    (chart,) = page.svg("cost-bars")
+    bars = chart.of("bar", "rect")
+    want = {(t.model, t.task): t.cost_usd for t in results.summary.tasks if t.cost_usd > 0}
+    assert want and {(b.attrs["data-model"], b.attrs["data-task"]): b.f("data-value") for b in bars} == \
+        pytest.approx(want, rel=1e-5)
+    px_per_usd = {round(b.f("height") / b.f("data-value"), 1) for b in bars}
+    assert len(px_per_usd) == 1  # one scale for every part
+    for model in {m for m, _ in want}:
+        parts = sorted((b for b in bars if b.attrs["data-model"] == model), key=lambda b: -b.f("y"))
+        for lower, upper in zip(parts, parts[1:]):  # stacked: each part starts where the one below ends
+            assert close(upper.f("y") + upper.f("height"), lower.f("y"), 0.05)
+
+
 def test_tick_labels_are_distinct_on_a_narrow_range(tmp_path):
     """The old scatter printed "1.01" on every y tick; a batch of 1.005x..1.02x speedups must read apart."""
     jobs = [Job("t", SONNET, 0, speedup=1.01), Job("t", SONNET, 1, speedup=1.012), Job("u", SONNET, 0, speedup=1.015)]
