@@ -240,8 +240,8 @@ class RulesPolicy:
             else:
                 kept = []
                 why = verdict.perf_line or verdict.failure
-                summary = self._summary(decisions, others,
-                                        f"reverted: the kept rewrites were not measurably faster ({why})", reverted=True)
+                headline = f"reverted: the kept rewrites were not measurably faster ({why})"
+                summary = self._summary(decisions, others, headline, reverted=True)
         reverts = [self._call("write_file", path=p, content=src) for p, src in sources.items()
                    if not kept and state[p] != src]
         yield [*reverts, self._call("submit", summary=summary)]

@@ -111,4 +111,5 @@ def edit_table(run: RunView) -> EditTable | None:
         return None
     clean = {"path", "rewrite", "evidence", "test", "hazard", "reason"}  # the policy's words, shown as text
     rows = [d.model_copy(update={k: printable(getattr(d, k)) for k in clean}) for d in policy.decisions]
-    return EditTable(printable(policy.name), printable(policy.outcome), policy.reverted, sorted(rows, key=lambda r: (r.path, r.line)))
+    rows.sort(key=lambda r: (r.path, r.line))
+    return EditTable(printable(policy.name), printable(policy.outcome), policy.reverted, rows)

@@ -66,7 +66,7 @@ def sample_svg(ev: Evaluation | None) -> Markup | None:
             body.append(f'<line class="median" data-side="{name}" data-value="{median:.6g}" x1="{x}" x2="{x}" '
                         f'y1="{y - row * 0.42:.1f}" y2="{y + row * 0.42:.1f}" stroke="#202124" stroke-width="2.5"/>')
             body.append(text(width - right + 8, y + 4, f"median {median:.4g}{' ' + perf.unit if perf.unit else ''}",
-                           size=11, cls="median-label"))
+                             size=11, cls="median-label"))
             body.append(text(width - right + 8, y + 17, f"n={len(vs)}", size=10, fill="#5f6368"))
         body.append("</g>")
     return doc(width, axis_y + 40, body, f"perf samples: {perf.metric}", "chart samples")
@@ -102,7 +102,7 @@ def ratio_svg(ev: Evaluation | None) -> Markup | None:
     axis_y = top + row * len(rows) + 4
     better = "<1 is faster" if p.direction == "lower" else ">1 is faster"
     body = x_axis(scale, ticks, decimals, top, axis_y, f"ratio candidate / baseline ({better}), "
-                   f"{p.confidence:.0%} interval")
+                  f"{p.confidence:.0%} interval")
     body += one_line(scale, top, axis_y, "1.0 = no change")
     for i, (name, r, lo, hi, color) in enumerate(rows):
         y = top + row * i + row / 2
@@ -116,9 +116,8 @@ def ratio_svg(ev: Evaluation | None) -> Markup | None:
     p_text = f", p={p.p_value:.3g}" if p.p_value is not None else ""
     caption = f"{perf_verdict(ev)} · {p.n_pairs} pairs{p_text}"
     body.append(text(left, axis_y + 52, caption, size=13, weight="600", cls="verdict",
-                   fill={"faster": "#137333", "slower": "#c5221f"}.get(perf_verdict(ev), "#a56300")))
+                     fill={"faster": "#137333", "slower": "#c5221f"}.get(perf_verdict(ev), "#a56300")))
     return doc(width, axis_y + 62, body, f"ratio with its interval: {caption}", "chart ratio")
-
 
 
 def _secs(s: float) -> str:
@@ -136,11 +135,11 @@ def timeline_svg(tl: Timeline) -> Markup:
         if w <= 0:
             continue
         body.append(f'<rect class="seg" data-part="{p.key}" data-seconds="{p.seconds:.2f}" x="{x:.2f}" y="{top}" '
-                    f'width="{w:.2f}" height="{bar}" fill="{TIME_COLORS[p.key]}"><title>{esc(p.label)}: {_secs(p.seconds)}</title>'
-                    "</rect>")
+                    f'width="{w:.2f}" height="{bar}" fill="{TIME_COLORS[p.key]}">'
+                    f'<title>{esc(p.label)}: {_secs(p.seconds)}</title></rect>')
         if w > 44:
             body.append(text(x + w / 2, top + bar / 2 + 4, _secs(p.seconds), size=11, anchor="middle", fill="#fff",
-                           weight="600"))
+                             weight="600"))
         x += w
     y = top + bar + 22
     col = (width - left) / 2
@@ -150,8 +149,7 @@ def timeline_svg(tl: Timeline) -> Markup:
         share = p.seconds / total if total else 0
         body.append(text(lx + 17, ly, f"{p.label}: {_secs(p.seconds)} ({share:.0%})", size=11, cls="legend"))
     return doc(width, y + 18 * ((len(parts) + 1) // 2) + 4, body, f"where the run's time went ({_secs(total)})",
-                "chart timeline")
-
+               "chart timeline")
 
 
 # -- the batch: speedups against 1.0 with their intervals, cost ------------------------------------------
@@ -218,7 +216,7 @@ def speedup_svg(results: Results) -> Markup | None:
         outcome = run_outcome(r)
         if r.speedup is None or not math.isfinite(r.speedup):
             body.append(text(width - right + 10, yy + 4, f"no measurement ({outcome})", size=11, fill="#5f6368",
-                           cls="missing"))
+                             cls="missing"))
             continue
         if r.interval is not None:
             body += whisker(scale, r.interval[0], r.interval[1], yy, c, r.key)
@@ -227,7 +225,7 @@ def speedup_svg(results: Results) -> Markup | None:
                     f'cx="{scale(r.speedup)}" cy="{yy}" r="5" fill="{c if correct else "#fff"}" stroke="{c}" '
                     f'stroke-width="2"><title>{esc(r.key)}: {esc(fmt_speedup(r))}, {esc(outcome)}</title></circle>')
         body.append(text(width - right + 10, yy + 4, f"{r.speedup:.3f}x" + ("" if correct else f" ({outcome})"),
-                       size=11, cls="value-label", fill="#202124" if correct else "#c5221f"))
+                         size=11, cls="value-label", fill="#202124" if correct else "#c5221f"))
     ly = axis_y + 52
     keys, lx = legend(color, float(left), ly)
     body += keys
