@@ -5,7 +5,8 @@ checks decide. Evidence first: an edit whose buffer the sanitizer saw read befor
 written, or whose read sites no test runs, is rejected by name; a batch that fails without
 naming its culprit is split until every rejected edit is isolated with the failure it caused.
 What survives is kept only if it is measurably faster. It reads the checks' structured
-evaluation (run_checks' tool result `data`), never their text. The policy is written as a
+evaluation (run_checks' tool result `data`), never their text, and leaves its decisions as
+records (`record`, report.json's `policy`) beside its summary text. The policy is written as a
 generator: each `yield` is one turn (a list of tool calls, as an LLM may make several at once)
 and receives their results, so the trajectory reads like any other agent's.
 """
@@ -20,9 +21,11 @@ from typing import Any, Generator
 from agent.analyzers import Finding, analyze_source, apply_rewrites
 from agent.analyzers.findings import ZERO_INIT
 from agent.checks.evaluation import Evaluation
+from agent.checks.evidence import Evidence
 from agent.checks.render import blame, perf_line
 from agent.util.globs import matches_any
 from agent.models.base import Reply, ToolCall, Usage
+from agent.results.report import EditDecision, PolicyRecord
 from agent.task import Task
 
 RULES_MODEL_ID = "rules"
@@ -42,6 +45,27 @@ class Decision:
     finding: Finding
     kept: bool
     reason: str
+    evidence: str  # the check that decided (EditDecision.evidence)
+    test: str = ""
+
+    def record(self) -> EditDecision:
+        f = self.finding
+        return EditDecision(path=f.path, line=f.line, rewrite=f.key.split("::")[-1], kept=self.kept,
+                            evidence=self.evidence, test=self.test, hazard=self.hazard, reason=self.reason)
+
+    @property
+    def hazard(self) -> str:
+        """What the analyzers suspected, said beside what the checks found when they caught the edit."""
+        return (self.finding.hazard or "") if not self.kept else ""
+
+
+@dataclass
+class Caught:
+    """The evidence against one edit: which check, the test (if one), in words."""
+
+    evidence: str
+    reason: str
+    test: str = ""
 
 
 @dataclass
@@ -52,30 +76,58 @@ class CheckVerdict:
     perf_line: str = ""
     # "path:line" of an allocation -> the evidence against making it uninitialised (a read before any
     # write, or a read site no test runs): names the culprit without splitting the group.
-    blamed: dict[str, str] = field(default_factory=dict)
+    blamed: dict[str, Caught] = field(default_factory=dict)
     sanitized: bool = False  # the sanitizer watched the poisoned run
+    evidence: str = "other"  # the check that failed first
+    test: str = ""  # its failing test, when a test failed
 
 
 def check_verdict(result: ToolOutput) -> CheckVerdict:
-    """What a run_checks result means to the policy, read from its evaluation (not its text)."""
-    data = (result.data or {}).get("evaluation")
-    if data is None:  # the checks could not run at all
+    """What a run_checks result means to the policy: the verdict from its evaluation, the culprits from
+    its evidence (never its text)."""
+    data = result.data or {}
+    if data.get("evaluation") is None:  # the checks could not run at all
         return CheckVerdict(False, result.content.strip()[:200])
-    ev = Evaluation.model_validate(data)
+    ev = Evaluation.model_validate(data["evaluation"])
+    evidence = Evidence.model_validate(data["evidence"]) if data.get("evidence") is not None else None
     perf = ev.perf
-    return CheckVerdict(ev.verdict == "pass", _first_failure(ev), perf is not None and perf.verdict == "faster",
-                        perf_line(perf) if perf is not None else "", blame(ev),
-                        ev.sanitizer is not None and ev.sanitizer.measured)
+    first = _first_failure(ev)
+    return CheckVerdict(ev.verdict == "pass", first.reason, perf is not None and perf.verdict == "faster",
+                        perf_line(perf) if perf is not None else "", _blamed(evidence) if evidence else {},
+                        ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test)
 
 
-def _first_failure(ev: Evaluation) -> str:
+def _blamed(e: Evidence) -> dict[str, Caught]:
+    """blame()'s culprits with the check that named each: the sanitizer's reads, else an unrun read site."""
+    read = {r.buffer: r for r in e.sanitizer.reads} if e.sanitizer is not None else {}
+    return {buf: Caught("sanitizer", why, (read[buf].tests or [""])[0]) if buf in read
+            else Caught("read site not run", why) for buf, why in blame(e).items()}
+
+
+def _first_failure(ev: Evaluation) -> Caught:
     """The first failing test, else the mode that failed (a test run, coverage, integrity, ...)."""
     c = ev.correctness
-    runs = [(c.plain, "tests"), (c.poison, "tests with poisoned memory")] if c is not None else []
-    for run, mode in runs:
+    runs = [(c.plain, "tests", "tests"), (c.poison, "poisoned tests", "tests with poisoned memory")] if c else []
+    for run, evidence, mode in runs:
         if run is not None and not run.passed:
-            return run.failing_tests[0] if run.failing_tests else f"{mode} fail (exit {run.exit_code})"
-    return ev.reasons[0] if ev.reasons else f"verdict: {ev.verdict}"
+            test = run.failing_tests[0] if run.failing_tests else ""
+            return Caught(evidence, test or f"{mode} fail (exit {run.exit_code})", test)
+    return Caught(_failed_check(ev), ev.reasons[0] if ev.reasons else f"verdict: {ev.verdict}")
+
+
+def _failed_check(ev: Evaluation) -> str:
+    """The check behind the evaluation's first reason, in the order the checker gives its reasons."""
+    cov, san = ev.coverage, ev.sanitizer
+    for check, failed in (("integrity", ev.integrity.refused), ("protected paths", ev.protected_violations),
+                          ("setup", ev.setup is not None and not ev.setup.passed),
+                          ("sanitizer", san is not None and san.reads),
+                          ("initcheck", ev.initcheck is not None and ev.initcheck.reads),
+                          ("coverage", cov is not None and (cov.uncovered or not cov.measured)),
+                          ("sanitizer", san is not None and not san.measured),
+                          ("read site not run", any(not s.executed for s in ev.read_sites))):
+        if failed:
+            return check
+    return "other"
 
 
 Script = Generator[list[ToolCall], list[ToolOutput], str]
@@ -93,6 +145,7 @@ class RulesPolicy:
         self._ids = itertools.count(1)
         self._script = self._run()
         self._started = False
+        self.record: PolicyRecord | None = None  # its decisions, once it has made them
 
     # -- the Model protocol ---------------------------------------------------------------
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
@@ -114,7 +167,7 @@ class RulesPolicy:
         candidates = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
         others = [f for f in findings if f.rule != ZERO_INIT]
         if not candidates:
-            summary = _summary([], others, "no rewrite the analyzers can propose safely here; no change made")
+            summary = self._summary([], others, "no rewrite the analyzers can propose safely here; no change made")
             yield [self._call("submit", summary=summary)]
             return summary
 
@@ -153,14 +206,16 @@ class RulesPolicy:
             blamed = [e for e in edits if f"{e.path}:{e.line}" in verdict.blamed]
             if blamed:  # the evidence names them: reject those, test the rest again
                 for e in blamed:
-                    decisions.append(Decision(e, False, verdict.blamed[f"{e.path}:{e.line}"]))
+                    why = verdict.blamed[f"{e.path}:{e.line}"]
+                    decisions.append(Decision(e, False, why.reason, why.evidence, why.test))
                 tally["failed"] += len(blamed)
                 tally["settled"] += len(blamed)
                 return (yield from search([e for e in edits if e not in blamed], kept))
             if len(edits) == 1:
                 tally["failed"] += 1
                 tally["settled"] += 1
-                decisions.append(Decision(edits[0], False, f"fails the checks: {verdict.failure}"))
+                decisions.append(Decision(edits[0], False, f"fails the checks: {verdict.failure}", verdict.evidence,
+                                          verdict.test))
                 return []
             if tally["settled"] >= 2 and tally["failed"] * 2 >= tally["settled"]:
                 good: list[Finding] = []
@@ -174,28 +229,34 @@ class RulesPolicy:
             return left + right
 
         kept = yield from search(candidates, [])
-        for d in decisions:  # what the analyzers suspected, beside what the checks found
-            if d.finding.hazard:
-                d.reason += f" (static hazard: {d.finding.hazard})"
         evidence = ("no read before a write (sanitizer) and every read site run; passes the poisoned tests"
                     if sanitized["yes"] else "passes the poisoned tests")
-        decisions += [Decision(f, True, evidence) for f in kept]
+        decisions += [Decision(f, True, evidence, "sanitizer" if sanitized["yes"] else "poisoned tests") for f in kept]
 
         if not kept:
-            summary = _summary(decisions, others, "every candidate failed the checks; no change made")
+            summary = self._summary(decisions, others, "every candidate failed the checks; no change made")
         else:
             verdict = yield from apply(kept, perf=True)
             if verdict.passed and verdict.faster:
                 # no figure here: the report's one speedup is the final evaluation's, over more pairs
-                summary = _summary(decisions, others, f"kept {len(kept)} rewrite(s), faster in a quick check")
+                summary = self._summary(decisions, others, f"kept {len(kept)} rewrite(s), faster in a quick check")
             else:
                 kept = []
                 why = verdict.perf_line or verdict.failure
-                summary = _summary(decisions, others, f"reverted: the kept rewrites were not measurably faster ({why})")
+                headline = f"reverted: the kept rewrites were not measurably faster ({why})"
+                summary = self._summary(decisions, others, headline, reverted=True)
         reverts = [self._call("write_file", path=p, content=src) for p, src in sources.items()
                    if not kept and state[p] != src]
         yield [*reverts, self._call("submit", summary=summary)]
         return summary
+
+    def _summary(self, decisions: list[Decision], others: list[Finding], headline: str, *,
+                 reverted: bool = False) -> str:
+        """The summary text submitted, and the same decisions as records (`self.record`) for report.json."""
+        ordered = sorted(decisions, key=lambda d: (not d.kept, d.finding.path, d.finding.line))
+        self.record = PolicyRecord(name=self.name, outcome=headline, reverted=reverted,
+                                   decisions=[d.record() for d in ordered])
+        return _summary(ordered, others, headline)
 
     def _files(self, listing: str) -> list[str]:
         """The focus files; without any, every Python file that is not protected or a test."""
@@ -234,9 +295,10 @@ def _last_results(messages: list[dict]) -> list[ToolOutput]:
 
 def _summary(decisions: list[Decision], others: list[Finding], headline: str) -> str:
     lines = [f"rules policy: {headline}"]
-    for d in sorted(decisions, key=lambda d: (not d.kept, d.finding.path, d.finding.line)):
+    for d in decisions:
         mark = "kept" if d.kept else "rejected"
-        lines.append(f"- {mark} {d.finding.location} {d.finding.key.split('::')[-1]}: {d.reason}")
+        hazard = f" (static hazard: {d.hazard})" if d.hazard else ""  # what the analyzers suspected, beside it
+        lines.append(f"- {mark} {d.finding.location} {d.finding.key.split('::')[-1]}: {d.reason}{hazard}")
     if others:
         lines.append("findings without an automatic rewrite (left for a human or an LLM):")
         lines += [f"- {f.location} [{f.rule}] {f.message}" for f in others]

@@ -126,6 +126,30 @@ class AgentRun(BaseModel):
     files: dict[str, str] = {}  # kept outputs (stdout, result JSON, final diff), relative to the report
 
 
+class EditDecision(BaseModel):
+    """One edit an offline policy tried and the check that decided it: views draw from this, not from its text."""
+
+    path: str
+    line: int
+    rewrite: str  # what was rewritten, e.g. 'self.bufs["mask"]' (the analyzers' finding key, last part)
+    kept: bool
+    # Which check decided: for a rejected edit the one that caught it ("tests", "poisoned tests", "sanitizer",
+    # "read site not run", "coverage", ...), for a kept one the strongest that passed it.
+    evidence: str
+    test: str = ""  # the failing test's id, when a test caught it
+    hazard: str = ""  # the analyzers' static hazard, when they saw one
+    reason: str = ""  # the policy's words
+
+
+class PolicyRecord(BaseModel):
+    """An offline policy's decisions, beside its summary text in `result`."""
+
+    name: str  # "rules"
+    outcome: str  # its headline, in its words
+    reverted: bool = False  # it took its kept edits back: none of them was emitted
+    decisions: list[EditDecision] = []
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="allow")  # what a newer writer adds survives a read and a rewrite
 
@@ -144,6 +168,7 @@ class Report(BaseModel):
     uuid: str = ""
     evaluation: Evaluation | None = None
     agent: AgentRun | None = None  # set for an external agent's run
+    policy: PolicyRecord | None = None  # set for an offline policy's run (rules)
 
     @classmethod
     def parse(cls, data: Any) -> "Report":
@@ -167,8 +192,8 @@ class Report(BaseModel):
         return self.model_dump(mode="json", exclude=self._absent())
 
     def _absent(self) -> set[str] | None:
-        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`."""
-        return {"agent"} if self.agent is None else None
+        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`, no `"policy": null`."""
+        return {k for k in ("agent", "policy") if getattr(self, k) is None} or None
 
     @property
     def models(self) -> list[str]:

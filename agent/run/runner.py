@@ -24,7 +24,7 @@ from agent.env.sandbox import base_env, isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
-from agent.results.report import ModelUsage, PermissionDenial, Report, TokenUsage, new_report
+from agent.results.report import ModelUsage, PermissionDenial, PolicyRecord, Report, TokenUsage, new_report
 from agent.run.exits import as_interrupted
 from agent.run.loop import Limits, Outcome, Trajectory, run_loop
 from agent.run.model_spec import make_model
@@ -179,7 +179,7 @@ def run_task(
         outcome.warnings += unsealed
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=session_id, evaluation=emission.evaluation,
-                           permission_denials=tools.denials if tools else [])
+                           permission_denials=tools.denials if tools else [], policy=policy_record(model))
         emission.write(paths)
         report.write(paths.report)
     finally:
@@ -191,8 +191,14 @@ def run_task(
     return RunResult(report, paths, outcome)
 
 
+def policy_record(model: Model) -> PolicyRecord | None:
+    """An offline policy's decisions as it left them (the rules policy's `record`); None for a chat model."""
+    record = getattr(model, "record", None)
+    return record if isinstance(record, PolicyRecord) else None
+
+
 def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dict[str, Any] | None,
-              permission_denials: list[dict[str, Any]]) -> Report:
+              permission_denials: list[dict[str, Any]], policy: PolicyRecord | None = None) -> Report:
     """report.json's content for what the loop produced (an evaluation as a dict is validated)."""
     return new_report(
         subtype=outcome.subtype, is_error=outcome.is_error, duration_ms=round(outcome.duration_s * 1000),
@@ -201,7 +207,7 @@ def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dic
         usage=TokenUsage.of(sum(outcome.usage_by_model.values(), Usage())),
         modelUsage={m: ModelUsage.of(u, outcome.cost_by_model.get(m)) for m, u in outcome.usage_by_model.items()},
         permission_denials=[PermissionDenial.model_validate(d) for d in permission_denials],
-        evaluation=Evaluation.model_validate(evaluation) if evaluation is not None else None)
+        evaluation=Evaluation.model_validate(evaluation) if evaluation is not None else None, policy=policy)
 
 
 def isolation_warnings() -> list[str]:

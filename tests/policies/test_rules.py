@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agent.checks import CommandRun, Correctness, Evaluation, PerfResult
-from agent.checks.evaluation import ReadSiteResult, SanitizerResult, UninitRead
+from agent.checks import CommandRun, Correctness, Evaluation, Evidence, PerfResult
+from agent.checks.evaluation import CoverageResult, ReadSiteResult, SanitizerResult, UninitRead
 from agent.models.pricing import load_prices
 from agent.policies.rules import ToolOutput, check_verdict
 from agent.run.runner import run_task
@@ -97,9 +97,11 @@ max_turns = 3  # a chat model's budget: the scripted policy's search is not cut 
 '''
 
 
-def checks_result(ev: Evaluation, text: str = "verdict: (the policy does not read this text)") -> ToolOutput:
+def checks_result(ev: Evaluation, evidence: Evidence | None = None,
+                  text: str = "verdict: (the policy does not read this text)") -> ToolOutput:
     """A run_checks result as the loop hands it to the policy."""
-    return ToolOutput(text, False, {"evaluation": ev.model_dump(mode="json")})
+    return ToolOutput(text, False, {"evaluation": ev.model_dump(mode="json"),
+                                    "evidence": evidence.model_dump(mode="json") if evidence else None})
 
 
 def test_check_verdict_reads_the_evaluation():
@@ -111,6 +113,7 @@ def test_check_verdict_reads_the_evaluation():
     v = check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=poison),
                                                perf=faster)))
     assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]" and v.faster
+    assert (v.evidence, v.test) == ("poisoned tests", "tests/t.py::test_replay[draft_topk2-bs3]")
     same = faster.model_copy(update={"metric": "x", "verdict": "no significant change", "ratio": 1.0})
     v = check_verdict(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=same)))
     assert v.passed and not v.faster and v.perf_line.startswith("no significant change: x")
@@ -120,8 +123,10 @@ def test_check_verdict_names_the_failing_mode_without_a_test_id():
     plain = CommandRun(name="plain", command="pytest", exit_code=2, passed=False, duration_s=1.0)
     assert check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain)))).failure \
         == "tests fail (exit 2)"
-    uncovered = Evaluation(verdict="unverified", reasons=["changed lines no test executed: a.py:3"])
-    assert check_verdict(checks_result(uncovered)).failure == "changed lines no test executed: a.py:3"
+    uncovered = Evaluation(verdict="unverified", reasons=["changed lines no test executed: a.py:3"],
+                           coverage=CoverageResult(changed=["a.py:3"], uncovered=["a.py:3"]))
+    v = check_verdict(checks_result(uncovered))
+    assert v.failure == "changed lines no test executed: a.py:3" and (v.evidence, v.test) == ("coverage", "")
     # the text alone is never parsed: a summary claiming a pass without an evaluation is not a pass
     assert not check_verdict(ToolOutput("verdict: pass", True)).passed
 
@@ -131,13 +136,16 @@ def test_check_verdict_blames_the_buffers_the_evidence_names():
     read = UninitRead(buffer="mini/state.py:14", code="x = torch.empty(n)", op="aten.sum.default",
                       at="mini/state.py:20 (warmup)", tests=["tests/test_state.py::test_warmup"])
     site = ReadSiteResult(buffer="mini/state.py:15", line=30, function="State.decode", guard="self.use_mla")
-    ev = Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=plain),
-                    sanitizer=SanitizerResult(reads=[read]), read_sites=[site])
-    v = check_verdict(checks_result(ev))
+    found = {"correctness": Correctness(plain=plain, poison=plain), "sanitizer": SanitizerResult(reads=[read]),
+             "read_sites": [site]}
+    v = check_verdict(checks_result(Evaluation(verdict="fail", **found), Evidence(**found)))
     assert v.sanitized and set(v.blamed) == {"mini/state.py:14", "mini/state.py:15"}
-    assert v.blamed["mini/state.py:14"].startswith("read before written: read by aten.sum.default at mini/state.py:20")
-    assert "tests/test_state.py::test_warmup" in v.blamed["mini/state.py:14"]
-    assert v.blamed["mini/state.py:15"] == "read at line 30 in State.decode, when self.use_mla: no test runs it"
+    read, unrun = v.blamed["mini/state.py:14"], v.blamed["mini/state.py:15"]
+    assert read.reason.startswith("read before written: read by aten.sum.default at mini/state.py:20")
+    assert "tests/test_state.py::test_warmup" in read.reason
+    assert (read.evidence, read.test) == ("sanitizer", "tests/test_state.py::test_warmup")
+    assert unrun.reason == "read at line 30 in State.decode, when self.use_mla: no test runs it"
+    assert (unrun.evidence, unrun.test) == ("read site not run", "")
 
 
 @pytest.mark.slow
@@ -167,6 +175,23 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
         if line.startswith("- rejected") and ("total" in line or "offsets" in line):
             assert "test_fill" in line and "static hazard" in line
     assert sum(line.startswith("- rejected") for line in summary.splitlines()) == 3
+    # the same decisions as records beside the text, in its order: a view reads these, never the summary
+    policy = report["policy"]
+    assert policy["name"] == "rules" and summary.startswith(f"rules policy: {policy['outcome']}")
+    assert not policy["reverted"]
+    edits = [ln for ln in summary.splitlines() if ln.startswith(("- kept", "- rejected"))]
+    assert len(policy["decisions"]) == len(edits)
+    for d, line in zip(policy["decisions"], edits):
+        assert line.startswith(f"- {'kept' if d['kept'] else 'rejected'} {d['path']}:{d['line']}:")
+        assert f" {d['rewrite']}: {d['reason']}" in line and (not d["hazard"] or d["hazard"] in line)
+    by = {d["rewrite"]: d for d in policy["decisions"]}
+    assert {k for k, d in by.items() if d["kept"]} == {'self.bufs["values"]', 'self.bufs["scratch"]'}
+    assert all(by[k]["evidence"] == "sanitizer" for k in ('self.bufs["values"]', 'self.bufs["scratch"]'))
+    mask = by['self.bufs["mask"]']
+    assert mask["evidence"] == "sanitizer" and mask["test"].endswith("test_warmup_before_fill")
+    for k in ("self.total", "self.offsets"):
+        assert by[k]["evidence"] in ("sanitizer", "tests", "poisoned tests") and by[k]["test"].endswith("test_fill")
+        assert by[k]["hazard"] and "static hazard" not in by[k]["reason"]
     ev = report["evaluation"]
     assert ev["verdict"] == "pass" and ev["perf"]["verdict"] == "faster"
     tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()

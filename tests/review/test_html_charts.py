@@ -17,9 +17,10 @@ from html.parser import HTMLParser
 import pytest
 
 from agent.checks import CommandRun, Correctness, Evaluation
-from agent.results.report import Report
-from agent.review.html import nice_ticks, render_html, tick_label
+from agent.results.report import EditDecision, PolicyRecord, Report
+from agent.review.html import render_html
 from agent.review.load import load_results
+from agent.review.svg import nice_ticks, tick_label
 from agent.util.files import write_json
 from helpers import SONNET, Job, make_batch, write_job
 
@@ -189,6 +190,24 @@ def test_correct_runs_filled_others_hollow(batch):
     assert points[fail.key].attrs["fill"] == "#fff" and points[ok.key].attrs["fill"] != "#fff"
 
 
+def test_cost_bars_stack_each_contestants_cost_by_task(batch):
+    """Drawn with the page's own SVG kit (no chart library, no script): each task's part of a contestant's
+    bar is the batch summary's cost, stacked to scale from the axis up."""
+    results, page = batch
+    assert not any("pygal" in s.cls or "pygal-chart" in s.cls for s in page.svgs)
+    (chart,) = page.svg("cost-bars")
+    bars = chart.of("bar", "rect")
+    want = {(t.model, t.task): t.cost_usd for t in results.summary.tasks if t.cost_usd > 0}
+    assert want and {(b.attrs["data-model"], b.attrs["data-task"]): b.f("data-value") for b in bars} == \
+        pytest.approx(want, rel=1e-5)
+    px_per_usd = {round(b.f("height") / b.f("data-value"), 1) for b in bars}
+    assert len(px_per_usd) == 1  # one scale for every part
+    for model in {m for m, _ in want}:
+        parts = sorted((b for b in bars if b.attrs["data-model"] == model), key=lambda b: -b.f("y"))
+        for lower, upper in zip(parts, parts[1:]):  # stacked: each part starts where the one below ends
+            assert close(upper.f("y") + upper.f("height"), lower.f("y"), 0.05)
+
+
 def test_tick_labels_are_distinct_on_a_narrow_range(tmp_path):
     """The old scatter printed "1.01" on every y tick; a batch of 1.005x..1.02x speedups must read apart."""
     jobs = [Job("t", SONNET, 0, speedup=1.01), Job("t", SONNET, 1, speedup=1.012), Job("u", SONNET, 0, speedup=1.015)]
@@ -238,17 +257,38 @@ def test_a_single_run_is_not_titled_batch(tmp_path):
 
 
 # -- one run: samples, ratio, time, edits ----------------------------------------------------------------
+# The rules policy's words today (agent.policies.rules._summary); the page reads the records beside them.
 RULES_SUMMARY = """rules policy: kept 2 rewrite(s), faster in a quick check
-- kept pkg/graph.py:10:22 self.cache_seqlens: passes the poisoned tests
-- kept pkg/graph.py:12:8 self.out: passes the poisoned tests
-- rejected pkg/graph.py:11:20 self.page_table: fails the checks: tests/test_graph.py::test_replay[decode-bs1] (static hazard: no write to it was found in this module: whoever reads it may rely on its zeros)
-- rejected pkg/graph.py:14:9 self.cu_seqlens_k: fails the checks: tests/test_graph.py::test_replay[verify-bs1]
+- kept pkg/graph.py:10:22 self.cache_seqlens: no read before a write (sanitizer) and every read site run; passes the poisoned tests
+- kept pkg/graph.py:12:8 self.out: no read before a write (sanitizer) and every read site run; passes the poisoned tests
+- rejected pkg/graph.py:11:20 self.page_table: fails the checks: tests/test_graph.py::test_replay[decode-bs1] (static hazard: no write to it was found in this module)
+- rejected pkg/graph.py:14:9 self.cu_seqlens_k: read before written: read by aten.index at pkg/graph.py:30 in tests/test_graph.py::test_replay[verify-bs1]
 - rejected pkg/other.py:3:1 self.pos<script>: fails the checks: tests with poisoned memory fail (exit 1)
-- rejected pkg/other.py:5:1 self.idx: fails the checks: changed lines no test executed: pkg/other.py:5
-- rejected pkg/other.py:7:1 self.buf: fails the checks: verdict: fail
+- rejected pkg/other.py:5:1 self.idx: read at line 9: no test runs it
+- rejected pkg/other.py:7:1 self.buf: fails the checks: changed lines no test executed: pkg/other.py:7
 findings without an automatic rewrite (left for a human or an LLM):
 - pkg/graph.py:40:5 [host-device-sync] `x.item()` blocks
 """
+KEPT_WHY = "no read before a write (sanitizer) and every read site run; passes the poisoned tests"
+RULES_RECORD = PolicyRecord(name="rules", outcome="kept 2 rewrite(s), faster in a quick check", decisions=[
+    EditDecision(path="pkg/graph.py", line=10, rewrite="self.cache_seqlens", kept=True, evidence="sanitizer",
+                 reason=KEPT_WHY),
+    EditDecision(path="pkg/graph.py", line=12, rewrite="self.out", kept=True, evidence="sanitizer", reason=KEPT_WHY),
+    EditDecision(path="pkg/graph.py", line=11, rewrite="self.page_table", kept=False, evidence="tests",
+                 test="tests/test_graph.py::test_replay[decode-bs1]",
+                 hazard="no write to it was found in this module",
+                 reason="fails the checks: tests/test_graph.py::test_replay[decode-bs1]"),
+    EditDecision(path="pkg/graph.py", line=14, rewrite="self.cu_seqlens_k", kept=False, evidence="sanitizer",
+                 test="tests/test_graph.py::test_replay[verify-bs1]",
+                 reason="read before written: read by aten.index at pkg/graph.py:30 in "
+                        "tests/test_graph.py::test_replay[verify-bs1]"),
+    EditDecision(path="pkg/other.py", line=3, rewrite="self.pos<script>", kept=False, evidence="poisoned tests",
+                 reason="fails the checks: tests with poisoned memory fail (exit 1)"),
+    EditDecision(path="pkg/other.py", line=5, rewrite="self.idx", kept=False, evidence="read site not run",
+                 reason="read at line 9: no test runs it"),
+    EditDecision(path="pkg/other.py", line=7, rewrite="self.buf", kept=False, evidence="coverage",
+                 reason="fails the checks: changed lines no test executed: pkg/other.py:7"),
+])
 
 
 def _grading(plain_fail: list[str], poison_fail: list[str], *, perf_s: float = 0.0, lock_s: float = 0.0,
@@ -275,7 +315,7 @@ def rules_run(tmp_path) -> tuple[Report, Page, str]:
     ev.reference.ratio, ev.reference.ci_low, ev.reference.ci_high = 0.5, 0.45, 0.56  # type: ignore[union-attr]
     ev.duration_s = 0.0  # graded in the loop: the final evaluation is one of checks.json's
     report = report.model_copy(update={"result": RULES_SUMMARY, "duration_ms": 100_000, "duration_api_ms": 0,
-                                       "evaluation": ev})
+                                       "evaluation": ev, "policy": RULES_RECORD})
     folder = tmp_path / "results" / "r" / "cuda-graph-buffers"
     report.write(folder / "report.json")
     write_json(folder / "checks.json", [
@@ -338,45 +378,63 @@ def test_timeline_adds_up_the_gradings(rules_run):
     assert widths["perf"] == pytest.approx(2 * widths["lock"], rel=0.01)  # drawn to scale
 
 
-def test_edit_matrix_lists_every_edit_with_the_mode_and_test_that_caught_it(rules_run):
-    _, page, html = rules_run
+def _edits(page: Page) -> tuple[list[str], dict[str, dict[str, tuple[dict[str, str], str]]]]:
     (table,) = [rows for tid, rows in page.tables.items() if tid.endswith("-edits")]
     head = [text for _, text in table[0]]
-    assert head == ["edit (buffer, where)", "outcome", "plain tests", "poisoned tests", "coverage", "other",
-                    "caught by (or why kept)"]
-    rows = {cells[0][1].split()[0]: {h: (a, t) for h, (a, t) in zip(head, cells)} for cells in table[1:]}
+    return head, {cells[0][1].split()[0]: {h: (a, t) for h, (a, t) in zip(head, cells)} for cells in table[1:]}
+
+
+def test_edit_table_counts_are_the_policys_records(rules_run):
+    _, page, html = rules_run
+    kept = sum(d.kept for d in RULES_RECORD.decisions)
+    rejected = len(RULES_RECORD.decisions) - kept
+    assert (kept, rejected) == (2, 5)
+    section = html.split('<section class="edits">', 1)[1].split("</section>", 1)[0]
+    assert f"edits tried by the rules policy: {kept} kept, {rejected} rejected" in section
+    _, rows = _edits(page)
+    assert sum(r["outcome"][1] == "kept" for r in rows.values()) == kept
+    assert sum(r["outcome"][1] == "rejected" for r in rows.values()) == rejected
+
+
+def test_edit_table_lists_every_edit_with_the_check_and_test_that_caught_it(rules_run):
+    _, page, html = rules_run
+    head, rows = _edits(page)
+    assert head == ["edit (buffer, where)", "outcome", "evidence", "test", "why"]
     assert set(rows) == {"self.cache_seqlens", "self.out", "self.page_table", "self.cu_seqlens_k",
                          "self.pos<script>", "self.idx", "self.buf"}  # every edit; the findings are not edits
-    outcome = {k: r["outcome"][1] for k, r in rows.items()}
-    assert [k for k, v in outcome.items() if v == "kept"] == ["self.cache_seqlens", "self.out"]
-
-    def cell(name: str, mode: str) -> str:
-        return rows[name][mode][0]["data-cell"]
-
-    for kept in ("self.cache_seqlens", "self.out"):
-        assert all(cell(kept, m) == "pass" for m in ("plain tests", "poisoned tests", "coverage", "other"))
-    # failed first in the plain run (checks.json), the poisoned run failing as well
-    assert cell("self.page_table", "plain tests") == "caught" and cell("self.page_table", "poisoned tests") == "failed too"
-    assert rows["self.page_table"]["caught by (or why kept)"][1].startswith(
-        "plain tests: tests/test_graph.py::test_replay[decode-bs1] static hazard: no write to it")
-    # plain passed, the poisoned run caught it
-    assert cell("self.cu_seqlens_k", "plain tests") == "pass" and cell("self.cu_seqlens_k", "poisoned tests") == "caught"
-    assert rows["self.cu_seqlens_k"]["caught by (or why kept)"][1] == "poisoned tests: tests/test_graph.py::test_replay[verify-bs1]"
-    assert cell("self.pos<script>", "poisoned tests") == "caught"  # a script's exit code, by its words
-    assert cell("self.idx", "coverage") == "caught" and cell("self.idx", "poisoned tests") == "pass"
-    assert cell("self.buf", "other") == "caught" and rows["self.buf"]["caught by (or why kept)"][1] == "other: verdict: fail"
-    assert "self.pos&lt;script&gt;" in html and "self.pos<script>" not in html  # agent text escaped
+    assert [k for k, r in rows.items() if r["outcome"][1] == "kept"] == ["self.cache_seqlens", "self.out"]
+    evidence = {k: r["evidence"][0]["data-evidence"] for k, r in rows.items()}
+    assert evidence == {"self.cache_seqlens": "sanitizer", "self.out": "sanitizer", "self.page_table": "tests",
+                        "self.cu_seqlens_k": "sanitizer", "self.pos<script>": "poisoned tests",
+                        "self.idx": "read site not run", "self.buf": "coverage"}
+    assert rows["self.page_table"]["test"][1] == "tests/test_graph.py::test_replay[decode-bs1]"
+    assert rows["self.page_table"]["why"][1] == ("fails the checks: tests/test_graph.py::test_replay[decode-bs1] "
+                                                 "static hazard: no write to it was found in this module")
+    assert rows["self.cu_seqlens_k"]["test"][1] == "tests/test_graph.py::test_replay[verify-bs1]"
+    assert rows["self.idx"]["test"][1] == "·"  # no test ran the read
+    assert "self.pos&lt;script&gt;" in html and "self.pos<script>" not in html  # the policy's words escaped
 
 
 def test_a_reverted_policy_says_its_kept_edits_were_not_emitted(rules_run, tmp_path):
     report, _, _ = rules_run
     folder = tmp_path / "results" / "r" / "cuda-graph-buffers"
-    reverted = RULES_SUMMARY.replace("kept 2 rewrite(s), faster in a quick check",
-                                     "reverted: the kept rewrites were not measurably faster (no significant change)")
-    report.model_copy(update={"result": reverted}).write(folder / "report.json")
+    outcome = "reverted: the kept rewrites were not measurably faster (no significant change)"
+    reverted = RULES_RECORD.model_copy(update={"outcome": outcome, "reverted": True})
+    report.model_copy(update={"policy": reverted}).write(folder / "report.json")
     html = render_html(load_results(tmp_path / "results" / "r"))
     section = html.split('<section class="edits">', 1)[1].split("</section>", 1)[0]
     assert "reverted its kept edits: none of them was emitted" in section
+
+
+def test_an_old_report_without_records_has_no_edit_table(rules_run, tmp_path):
+    """A report written before the records shows its summary text only: no table, and no "0 kept"."""
+    report, _, _ = rules_run
+    folder = tmp_path / "results" / "r" / "cuda-graph-buffers"
+    report.model_copy(update={"policy": None}).write(folder / "report.json")
+    assert '"policy"' not in (folder / "report.json").read_text()
+    html = render_html(load_results(tmp_path / "results" / "r"))
+    assert '<section class="edits">' not in html and "0 kept" not in html
+    assert "rules policy: kept 2 rewrite(s)" in html  # the summary is still shown, as text
 
 
 def test_no_matrix_for_a_model_run(batch):
