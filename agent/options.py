@@ -8,6 +8,7 @@ flag cannot silently drop out of a batch. The batch plan records them for `--res
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +16,25 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
-    from agent.run.loop import Limits
     from agent.task import Task
 
 BATCH_HELP = "passed to every job's run"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A run's budget: the task's, with the overrides of the command line."""
+
+    max_turns: int
+    max_cost_usd: float
+    timeout_s: float
+
+    @classmethod
+    def of(cls, task: "Task", **overrides: Any) -> "Limits":
+        b = task.spec.budget
+        base = dict(max_turns=b.max_turns, max_cost_usd=b.max_cost_usd, timeout_s=b.timeout_s)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
 
 
 class RunOptions(BaseModel):
@@ -38,10 +54,8 @@ class RunOptions(BaseModel):
     seed: int | None = None  # run order and bootstrap of `check`
     rounds: int = 2  # an external agent's sessions: the first, then feedback rounds while its change fails
 
-    def limits(self, task: "Task") -> "Limits":
+    def limits(self, task: "Task") -> Limits:
         """The task's budget with the overrides given here: the one place they are merged."""
-        from agent.run.loop import Limits
-
         return Limits.of(task, max_turns=self.max_turns, max_cost_usd=self.max_cost_usd, timeout_s=self.timeout_s)
 
     def price_table(self) -> "PriceTable":

@@ -29,8 +29,9 @@ from agent.checks import Checker, Evaluation, summarize
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
 from agent.models.pricing import PriceTable
+from agent.options import Limits
 from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut, as_interrupted
-from agent.run.loop import Limits, Outcome, Trajectory
+from agent.run.loop import Outcome, Trajectory
 from agent.run.prompts import agent_prompt
 from agent.run.result import AgentRound, AgentRun
 from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,

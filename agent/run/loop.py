@@ -15,26 +15,13 @@ from typing import Any, Callable, NoReturn
 
 from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, ToolCall, Usage
 from agent.models.pricing import PriceTable, cost_usd
+from agent.options import Limits
 from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
                              StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted)
 from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
 from agent.task import Task
 from agent.util.files import append_jsonl
-
-@dataclass(frozen=True)
-class Limits:
-    max_turns: int
-    max_cost_usd: float
-    timeout_s: float
-
-    @classmethod
-    def of(cls, task: Task, **overrides: Any) -> "Limits":
-        b = task.spec.budget
-        base = dict(max_turns=b.max_turns, max_cost_usd=b.max_cost_usd, timeout_s=b.timeout_s)
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
-
 
 @dataclass
 class Outcome:

@@ -24,8 +24,9 @@ from agent.env.sandbox import base_env, isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
+from agent.options import Limits
 from agent.run.exits import as_interrupted
-from agent.run.loop import Limits, Outcome, Trajectory, run_loop
+from agent.run.loop import Outcome, Trajectory, run_loop
 from agent.run.model_spec import make_model
 from agent.run.names import check_job, check_run_id
 from agent.run.result import ModelUsage, PermissionDenial, Report, TokenUsage, new_report

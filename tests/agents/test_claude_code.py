@@ -19,8 +19,8 @@ from agent.agents import make_agent
 from agent.cli import main
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
+from agent.options import Limits
 from agent.run.external import run_external
-from agent.run.loop import Limits
 from agent.run.result import Report
 
 pytestmark = pytest.mark.skipif(shutil.which("claude") is None,

@@ -25,8 +25,8 @@ from agent.agents.relay import PLACEHOLDER_KEY
 from agent.cli import main
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
+from agent.options import Limits
 from agent.run.external import run_external
-from agent.run.loop import Limits
 from agent.run.result import Report
 from agent.task import Task, load_task
 

@@ -9,7 +9,8 @@ import pytest
 
 from agent.models.pricing import load_prices
 from agent.models.replay import ReplayModel
-from agent.run.loop import Limits, Trajectory, run_loop
+from agent.options import Limits
+from agent.run.loop import Trajectory, run_loop
 from agent.run.model_spec import make_model
 from agent.run.tools import Toolbox, ToolResult
 from agent.task import load_task

@@ -13,7 +13,7 @@ import pytest
 
 from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
-from agent.run.loop import Limits
+from agent.options import Limits
 from agent.run.runner import run_task
 from helpers import SAFE, UNSAFE, make_task, make_tiny_task
 from fakeserver import auth_error, reply, tool_call
