@@ -31,6 +31,7 @@ from agent.batch.ledger import JobRecord, Ledger
 from agent.batch.plan import PLAN, Plan, PlannedJob
 from agent.batch.progress import BatchProgress
 from agent.batch.summary import BatchSummary, summarize_run, write_summary
+from agent.env.workspace import checked_bases
 from agent.options import RunOptions
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import Task, TaskError, load_task_set
@@ -237,7 +238,7 @@ def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
 def load_tasks(source: str | Path) -> list[Task]:
     """The valid tasks of a set; any invalid one stops the batch before it starts, with every error listed."""
     try:
-        entries = load_task_set(source)
+        entries = checked_bases(load_task_set(source))
     except TaskError as e:
         raise BatchError(str(e)) from None
     bad = [str(e) for e in entries if not isinstance(e, Task)]

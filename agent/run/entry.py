@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
 from agent.checks import CheckError
-from agent.env.workspace import PatchError, WorkspaceError
+from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
 from agent.options import RunOptions
 from agent.run.names import BadName, check_job, check_run_id
@@ -90,6 +90,7 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     if request.job is not None:
         check_job(request.job)
     task = load_task(request.task_file)
+    check_task_base(task)
     if request.job is None:
         check_job(task.id)  # the default job name
     opts = request.options
