@@ -45,7 +45,7 @@ class RunOptions(BaseModel):
     base_url: str | None = None
     stream: bool = False
     max_turns: int | None = None  # None: the task's budget
-    max_cost_usd: float | None = None
+    max_cost_usd: float | None = None  # 0: no budget (agent.models.budget)
     timeout_s: float | None = None
     prices: Path | None = None  # a JSON price table overriding the built-in one
     allow_unsandboxed: bool = False
@@ -70,7 +70,7 @@ SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
     ("--max-turns", "max_turns", {"type": int}, "stop after N model turns (default: the task's budget.max_turns)"),
     ("--max-cost", "max_cost_usd", {"type": float},
-     "stop when the run has cost this many USD (default: the task's budget.max_cost_usd)"),
+     "stop once the run has cost more than this many USD; 0: no budget (default: the task's budget.max_cost_usd)"),
     ("--timeout", "timeout_s", {"type": float},
      "stop the run after this many seconds, model calls included (default: the task's budget.timeout_s)"),
     ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),

@@ -89,7 +89,7 @@ class ReferenceSpec(_Spec):
 
 class BudgetSpec(_Spec):
     max_turns: int = Field(default=40, gt=0)
-    max_cost_usd: float = Field(default=2.0, ge=0)
+    max_cost_usd: float = Field(default=2.0, ge=0)  # 0: no budget (agent.models.budget)
     timeout_s: float = Field(default=1800, gt=0)
 
 

@@ -8,8 +8,8 @@ this relay answers. The relay
 - refuses everything else, a proxied CONNECT to another host included, and records it;
 - counts the tokens of every response, JSON or server-sent events, and prices them with our
   table, so the cost comes from the wire and not from what the agent says about itself;
-- refuses further requests once `max_cost_usd` is spent or the deadline passed, and sets
-  `stopped` so the runner ends the agent;
+- refuses further requests once the run is over its budget (`agent.models.budget`: the rule
+  our own loop keeps too) or the deadline passed, and sets `stopped` so the runner ends the agent;
 - appends every request and response to trajectory.jsonl (never the key).
 """
 
@@ -32,7 +32,8 @@ import httpx
 from agent.models.anthropic import usage_from_api as anthropic_usage
 from agent.models.base import Usage
 from agent.models.openai import usage_from_api as openai_chat_usage
-from agent.models.pricing import PriceTable, cost_usd
+from agent.models.budget import Spend
+from agent.models.pricing import PriceTable
 
 Provider = Literal["anthropic", "openai"]
 BRIDGE_PORT = 8787  # inside the sandbox's own network namespace, where nothing else listens
@@ -82,38 +83,26 @@ class Upstream:
 
 
 @dataclass
-class Meter:
+class Meter(Spend):
     """Tokens, cost and refusals so far; shared by the relay's threads, read by the runner."""
 
     prices: PriceTable
-    max_cost_usd: float | None = None
+    max_cost_usd: float | None = None  # None or 0: no budget
     deadline: float | None = None  # time.monotonic()
-    usage_by_model: dict[str, Usage] = field(default_factory=dict)
-    cost_by_model: dict[str, float | None] = field(default_factory=dict)
     requests: int = 0  # metered responses
-    api_duration_s: float = 0.0
     refused: list[str] = field(default_factory=list)
     stop_reason: str | None = None  # "budget" | "time"
     stopped: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def total_cost_usd(self) -> float | None:
-        costs = list(self.cost_by_model.values())
-        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
-
     def add(self, model: str, usage: Usage, duration_s: float) -> float | None:
         """Count one response; the cost of it (None: no known price). Stops the agent past the budget."""
         with self.lock:
-            total = self.usage_by_model.get(model, Usage()) + usage
-            self.usage_by_model[model] = total
-            self.cost_by_model[model] = cost_usd(model, total, self.prices)
+            cost = self.count(model, usage, self.prices, duration_s)
             self.requests += 1
-            self.api_duration_s += duration_s
-            spent = self.total_cost_usd
-            if self.max_cost_usd is not None and spent is not None and spent >= self.max_cost_usd:
+            if self.over(self.max_cost_usd):
                 self.stop("budget")
-        return cost_usd(model, usage, self.prices)
+        return cost
 
     def refuse(self, what: str) -> None:
         with self.lock:

@@ -159,6 +159,18 @@ def test_past_the_budget_nothing_more_reaches_the_provider(relay_for, fake_serve
     assert len(fake_server.requests) == 1
 
 
+def test_a_budget_of_zero_is_no_budget(relay_for, fake_server):
+    """`--max-cost 0` (or a task's max_cost_usd = 0): nothing is refused for its cost, as in our loop."""
+    relay, _ = relay_for("anthropic", max_cost_usd=0)
+    fake_server.script([reply("a", usage={"input_tokens": 1000, "output_tokens": 10})] * 3)
+    sdk = anthropic_sdk(relay)
+    for _ in range(3):
+        sdk.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert len(fake_server.requests) == 3 and relay.meter.requests == 3
+    assert not relay.meter.stopped.is_set() and relay.meter.stop_reason is None
+    assert relay.meter.total_cost_usd == pytest.approx(3 * 0.00315)
+
+
 def test_an_unreachable_provider_is_a_502(tmp_path):
     meter = Meter(load_prices())
     with Relay(Upstream("anthropic", "http://127.0.0.1:9", None), meter, tmp_path / "r.sock") as relay:

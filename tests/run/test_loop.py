@@ -126,6 +126,20 @@ def test_budget_stop(setup, fake_server):
     assert out.total_cost_usd == pytest.approx(1.5)
 
 
+def test_a_budget_of_zero_is_no_budget(setup, fake_server):
+    """`--max-cost 0` (or a task's max_cost_usd = 0): never stopped for its cost, as in the relay."""
+    task, ws, tmp = setup
+    big = {"input_tokens": 200_000, "output_tokens": 10_000}  # $0.75 a turn at Sonnet prices
+    fake_server.script([reply("", tool_call("list_files"), usage=big)] * 3
+                       + [reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty"), usage=big),
+                          reply("", tool_call("submit", summary="fixed"), usage=big)])
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
+    out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task, max_cost_usd=0), prices=load_prices(),
+                   grade_submission=grader(ws), trajectory=Trajectory(None))
+    assert out.subtype == "success" and out.num_turns == 5
+    assert out.total_cost_usd == pytest.approx(3.75)
+
+
 def test_malformed_and_unknown_tools_go_back_to_the_model(setup, fake_server):
     task, ws, tmp = setup
     fake_server.script([
