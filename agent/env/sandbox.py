@@ -163,7 +163,7 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
 
 @contextmanager
 def seccomp_filter(wanted: bool = True) -> Iterator[tuple[int, ...]]:
-    """The fds, none or one, holding the filter for `--seccomp` (see `_wrap`) while the block runs:
+    """The fds, none or one, holding the filter for `--seccomp` (see `sealed_argv`) while the block runs:
     the process started in it must inherit them (Popen's pass_fds)."""
     program = seccomp_program() if wanted else None
     if program is None:
@@ -262,8 +262,8 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
     return out
 
 
-def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
-          env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
+def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
+                env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
     """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
@@ -334,8 +334,8 @@ def run_command(
     env = env if env is not None else base_env()
     mode = isolation().mode
     with seccomp_filter(mode == "bwrap") as seccomp:
-        argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
-                     timeout_s, seccomp)
+        argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env,
+                           limits or ResourceLimits.default(), timeout_s, seccomp)
         start = time.monotonic()
         read_fd, write_fd = os.pipe()
         try:
@@ -367,7 +367,8 @@ def run_command(
     return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode)
 
 
-def _real(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
+def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
+    """Each path with its symlinks resolved, as the sandbox binds it."""
     return tuple(Path(os.path.realpath(p)) for p in paths)
 
 
