@@ -120,7 +120,7 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
                   "--fix --task TASK.toml keeps those the task's checks pass", file=sys.stderr)
         return 0
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-lint-{task.id}-"))
-    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)  # noqa: E731
+    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)
     try:
         plan = verify_rewrites(task, candidates, work, lock_dir=Path(lock_dir) if lock_dir else None, log=log)
     except CheckError as e:
@@ -180,7 +180,13 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
-    from agent.batch.driver import BatchConfig, BatchError, load_tasks, read_plan, run_batch
+    from agent.batch.driver import (
+        BatchConfig,
+        BatchError,
+        load_tasks,
+        read_plan,
+        run_batch,
+    )
     from agent.batch.plan import Plan
     from agent.batch.summary import summary_tables
     from agent.run.entry import require_sandbox

@@ -30,9 +30,9 @@ class Limits:
     timeout_s: float
 
     @classmethod
-    def of(cls, task: "Task", **overrides: Any) -> "Limits":
+    def of(cls, task: Task, **overrides: Any) -> Limits:
         b = task.spec.budget
-        base = dict(max_turns=b.max_turns, max_cost_usd=b.max_cost_usd, timeout_s=b.timeout_s)
+        base = {"max_turns": b.max_turns, "max_cost_usd": b.max_cost_usd, "timeout_s": b.timeout_s}
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -54,11 +54,11 @@ class RunOptions(BaseModel):
     seed: int | None = None  # run order and bootstrap of `check`
     rounds: int = 2  # an external agent's sessions: the first, then feedback rounds while its change fails
 
-    def limits(self, task: "Task") -> Limits:
+    def limits(self, task: Task) -> Limits:
         """The task's budget with the overrides given here: the one place they are merged."""
         return Limits.of(task, max_turns=self.max_turns, max_cost_usd=self.max_cost_usd, timeout_s=self.timeout_s)
 
-    def price_table(self) -> "PriceTable":
+    def price_table(self) -> PriceTable:
         from agent.models.pricing import load_prices
 
         return load_prices(self.prices)

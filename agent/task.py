@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,7 +47,7 @@ class SetupSpec(_Spec):
     timeout_s: float = Field(default=600, gt=0)
 
     @model_validator(mode="after")
-    def _something(self) -> "SetupSpec":
+    def _something(self) -> SetupSpec:
         if self.python is None and not self.venv and self.command is None:
             raise ValueError("give at least one of python, venv, command")
         if any(not c.strip() for c in self.venv):
@@ -60,7 +67,7 @@ class CorrectnessSpec(_Spec):
     timeout_s: float = Field(default=900, gt=0)
 
     @model_validator(mode="after")
-    def _sanitize_needs_poison(self) -> "CorrectnessSpec":
+    def _sanitize_needs_poison(self) -> CorrectnessSpec:
         if self.sanitize and not self.poison:
             raise ValueError("sanitize = true needs poison = true (the sanitizer runs in the poisoned run)")
         bad = [k for k in self.kernels if "." not in k.strip(".")]

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def perfagent(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(cwd)})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(cwd)}, check=False)
 
 
 def test_bundled_tasks_validate():

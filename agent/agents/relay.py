@@ -22,18 +22,22 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from agent.models.anthropic import usage_from_api as anthropic_usage
 from agent.models.base import Usage
-from agent.models.openai import usage_from_api as openai_chat_usage
 from agent.models.budget import Spend
+from agent.models.openai import usage_from_api as openai_chat_usage
 from agent.models.pricing import PriceTable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 Provider = Literal["anthropic", "openai"]
 BRIDGE_PORT = 8787  # inside the sandbox's own network namespace, where nothing else listens
@@ -69,7 +73,7 @@ class Upstream:
     api_key: str | None
 
     @classmethod
-    def of(cls, provider: Provider, base_url: str | None = None) -> "Upstream":
+    def of(cls, provider: Provider, base_url: str | None = None) -> Upstream:
         url = base_url or os.environ.get(BASE_URL_VARS[provider]) or DEFAULT_BASE_URLS[provider]
         if not url.startswith(("http://", "https://")):
             raise RelayError(f"{provider} base URL {url!r} is not an http(s) URL")
@@ -199,7 +203,7 @@ class Relay:
         self._server: _UnixHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Self:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         try:
@@ -234,10 +238,10 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
         def address_string(self) -> str:  # a Unix socket has no client address
             return "sandbox"
 
-        def do_CONNECT(self) -> None:  # noqa: N802 — a proxied TLS connection to another host
+        def do_CONNECT(self) -> None:
             self._refuse(f"CONNECT {self.path}", 403, "perfagent relay: no network but the API")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             try:
                 self._forward()
             except (BrokenPipeError, ConnectionResetError):

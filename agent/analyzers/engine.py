@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 
 from agent.util.globs import matches_any
 
-from .rules import alloc, buffers, loops, sync
 from .context import ModuleContext, dedupe_keys, run_visitors
 from .findings import ANALYZER_ERROR, PARSE_ERROR, RULES, AnalyzerConfig, Finding
+from .rules import alloc, buffers, loops, sync
 
 # In the one glob dialect (agent.util.globs): `tests/**` is a tests/ folder at any depth.
 DEFAULT_EXCLUDE = ("tests/**", "test_*.py", "conftest.py")

@@ -32,10 +32,27 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
-from .facts import returns_tensor
+from .context import (
+    ModuleContext,
+    is_literal_true,
+    kwarg,
+    method_name,
+    positional,
+    run_visitors,
+    string_key,
+)
 from .factories import Factory, classify
-from .refs import VIEW_METHODS, Ref, key_element, literal_int, overlaps, path_of, resolve, write_target
+from .facts import returns_tensor
+from .refs import (
+    VIEW_METHODS,
+    Ref,
+    key_element,
+    literal_int,
+    overlaps,
+    path_of,
+    resolve,
+    write_target,
+)
 from .tensors import TENSOR_METHODS, TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.

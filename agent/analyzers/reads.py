@@ -24,8 +24,8 @@ is `o.f`; and an assignment binds after its right-hand side is read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import libcst as cst
 

@@ -30,11 +30,11 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Iterator
 
 DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
@@ -83,7 +83,7 @@ class ResourceLimits:
     cpu_s: int | None = None  # default: the timeout times the cores, so threads can use them all
 
     @classmethod
-    def default(cls) -> "ResourceLimits":
+    def default(cls) -> ResourceLimits:
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
@@ -126,7 +126,7 @@ def isolation() -> Isolation:
 
 def _probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20, pass_fds=pass_fds).returncode == 0
+        return subprocess.run(argv, check=False, capture_output=True, timeout=20, pass_fds=pass_fds).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -143,7 +143,7 @@ _KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC000
 _X32_BIT = 0x40000000  # x86_64's x32 ABI numbers the same calls from here up
 
 
-@lru_cache(maxsize=None)
+@cache
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter bwrap installs (`--seccomp FD`): the keyring calls, any other architecture's calls
     (i386 via int 0x80) and x86_64's x32 calls fail with EPERM; None where we have no table."""
@@ -279,7 +279,7 @@ class _CappedReader(threading.Thread):
 
     def __init__(self, fd: int, limit: int):
         super().__init__(daemon=True, name="sandbox-output")
-        self.pipe = open(fd, "rb", buffering=0, closefd=False)
+        self.pipe = open(fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 — read for the thread's life; fd not ours
         self.half = max(1, limit // 2)
         self.head, self.tail = bytearray(), bytearray()
         self.total = 0

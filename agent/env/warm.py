@@ -22,8 +22,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, isolation, real_paths, sealed_argv,
-                               seccomp_filter)
+from agent.env.sandbox import (
+    DEFAULT_MAX_OUTPUT,
+    CommandResult,
+    ResourceLimits,
+    isolation,
+    real_paths,
+    sealed_argv,
+    seccomp_filter,
+)
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180

@@ -65,7 +65,7 @@ class Workspace:
         return open_repo(self.root)
 
     @classmethod
-    def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> "Workspace":
+    def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> Workspace:
         """Materialise `source` at `base` in `dest` (a new temp folder when None)."""
         dest = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix="perfagent-ws-"))
         if dest.exists() and any(dest.iterdir()):
@@ -158,7 +158,7 @@ class Workspace:
         for args in (["--check"], []):
             proc = subprocess.run(
                 ["git", "apply", "--whitespace=nowarn", *args, "-"],
-                cwd=self.root, input=patch.encode(), capture_output=True, env=git_env(),
+                cwd=self.root, input=patch.encode(), capture_output=True, env=git_env(), check=False,
             )
             if proc.returncode != 0:
                 raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch does not apply")
@@ -260,7 +260,7 @@ def _snapshot_folder(src: Path, dest: Path) -> None:
 
 
 def _git(*args: str) -> None:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True, env=git_env())
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, env=git_env(), check=False)
     if proc.returncode != 0:
         raise git.GitCommandError(["git", *args], proc.returncode, proc.stderr)
 

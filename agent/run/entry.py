@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -67,7 +68,7 @@ def guarded(call: Callable[[], int]) -> int:
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
         return getattr(e, "exit_code", 130)
-    except Exception as e:  # noqa: BLE001 — a user sees one line; PERFAGENT_DEBUG=1 shows the traceback
+    except Exception as e:
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
         err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (PERFAGENT_DEBUG=1 shows the traceback)",
@@ -96,9 +97,9 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     opts = request.options
     agent_name, model_spec = (split_spec(request.model) if request.agent == OWN_AGENT
                               else (request.agent, request.model))
-    kwargs = dict(out_dir=Path(request.out_dir), run_id=request.run_id or new_run_id(), job=request.job,
-                  prices=opts.price_table(), limits=opts.limits(task), lock_dir=opts.lock_dir,
-                  keep_workspace=opts.keep_workspace)
+    kwargs = {"out_dir": Path(request.out_dir), "run_id": request.run_id or new_run_id(), "job": request.job,
+              "prices": opts.price_table(), "limits": opts.limits(task), "lock_dir": opts.lock_dir,
+              "keep_workspace": opts.keep_workspace}
     if agent_name == OWN_AGENT:
         model = make_model(model_spec or "rules", base_url=opts.base_url, stream=opts.stream, task=task)
         require_sandbox([model_spec], opts.allow_unsandboxed)
@@ -173,7 +174,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
-def _print_summary(out: Console, result: "RunResult") -> None:
+def _print_summary(out: Console, result: RunResult) -> None:
     r = result.report
     ev = r.evaluation
     perf = ev.perf if ev is not None else None

@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
@@ -34,8 +34,16 @@ from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut, as_inter
 from agent.run.loop import Outcome, Trajectory
 from agent.run.prompts import agent_prompt
 from agent.run.result import AgentRound, AgentRun
-from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,
-                              report_of, salvage_emission)
+from agent.run.runner import (
+    Candidates,
+    Emission,
+    RunPaths,
+    RunResult,
+    final_emission,
+    isolation_warnings,
+    report_of,
+    salvage_emission,
+)
 from agent.task import Task
 from agent.util.files import atomic_write, write_json
 from agent.util.text import first_line, tail

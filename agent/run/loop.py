@@ -9,20 +9,32 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from agent.models.base import Deadline, Model, ModelError, Reply, ToolCall, Usage
 from agent.models.budget import Spend
 from agent.models.pricing import PriceTable
 from agent.options import Limits
-from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
-                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted)
+from agent.run.exits import (
+    Interrupted,
+    MaxTurns,
+    ModelFailed,
+    OverBudget,
+    RunEnded,
+    RunExit,
+    StoppedWithoutSubmitting,
+    Submitted,
+    TimedOut,
+    as_interrupted,
+)
 from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
 from agent.task import Task
 from agent.util.files import append_jsonl
+
 
 @dataclass
 class Outcome(Spend):

@@ -52,7 +52,7 @@ def usage_of(*usages: dict) -> Usage:
 
 
 def run_claude(task, server: FakeServer, tmp_path: Path, *, rounds: int = 1, **limits) -> Report:
-    budget = dict(max_turns=40, max_cost_usd=5.0, timeout_s=300.0) | limits
+    budget = {"max_turns": 40, "max_cost_usd": 5.0, "timeout_s": 300.0} | limits
     result = run_external(task, make_agent("claude-code", MODEL), out_dir=tmp_path / "out", run_id="r1",
                           prices=load_prices(), limits=Limits(**budget), rounds=rounds, base_url=server.url)
     return result.report
