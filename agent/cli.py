@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
-from agent.env.workspace import PatchError
+from agent.env.workspace import PatchError, check_task_base, checked_bases
 from agent.options import RunOptions, add_run_flags, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
 from agent.task import Task, TaskError, load_task, load_task_set
@@ -18,7 +18,7 @@ from agent.task import Task, TaskError, load_task, load_task_set
 
 def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
     try:
-        entries = load_task_set(args.path)
+        entries = checked_bases(load_task_set(args.path))
     except TaskError as e:
         raise UserError(str(e)) from None
     table = Table(title=f"tasks in {args.path}")
@@ -89,6 +89,7 @@ def cmd_lint(args: argparse.Namespace, out: Console) -> int:
 def _lint_task(task_file: str, paths: list[Path]) -> Task:
     """The task whose checks verify the rewrites; every PATH must be inside its (local) repo."""
     task = load_task(task_file)
+    check_task_base(task)
     if task.repo_is_url:
         raise UserError(f"{task_file}: lint --fix --task needs a task whose repo is a local folder, not {task.repo}")
     repo = Path(task.repo).resolve()
@@ -119,7 +120,7 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
                   "--fix --task TASK.toml keeps those the task's checks pass", file=sys.stderr)
         return 0
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-lint-{task.id}-"))
-    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)  # noqa: E731
+    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)
     try:
         plan = verify_rewrites(task, candidates, work, lock_dir=Path(lock_dir) if lock_dir else None, log=log)
     except CheckError as e:
@@ -153,8 +154,9 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     if args.initcheck:
         correctness = task.spec.correctness.model_copy(update={"initcheck": True})
         task = task.model_copy(update={"spec": task.spec.model_copy(update={"correctness": correctness})})
-    if args.regrade:
+    if args.regrade:  # nothing runs: the task's repository need not even be there
         return _regrade(task, Path(args.regrade), args.json, out)
+    check_task_base(task)
     opts = options_from_args(args)
     try:
         patch = Path(args.patch).read_text(encoding="utf-8")

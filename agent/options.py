@@ -8,6 +8,7 @@ flag cannot silently drop out of a batch. The batch plan records them for `--res
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +16,25 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
-    from agent.run.loop import Limits
     from agent.task import Task
 
 BATCH_HELP = "passed to every job's run"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A run's budget: the task's, with the overrides of the command line."""
+
+    max_turns: int
+    max_cost_usd: float
+    timeout_s: float
+
+    @classmethod
+    def of(cls, task: Task, **overrides: Any) -> Limits:
+        b = task.spec.budget
+        base = {"max_turns": b.max_turns, "max_cost_usd": b.max_cost_usd, "timeout_s": b.timeout_s}
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
 
 
 class RunOptions(BaseModel):
@@ -29,7 +45,7 @@ class RunOptions(BaseModel):
     base_url: str | None = None
     stream: bool = False
     max_turns: int | None = None  # None: the task's budget
-    max_cost_usd: float | None = None
+    max_cost_usd: float | None = None  # 0: no budget (agent.models.budget)
     timeout_s: float | None = None
     prices: Path | None = None  # a JSON price table overriding the built-in one
     allow_unsandboxed: bool = False
@@ -38,13 +54,11 @@ class RunOptions(BaseModel):
     seed: int | None = None  # run order and bootstrap of `check`
     rounds: int = 2  # an external agent's sessions: the first, then feedback rounds while its change fails
 
-    def limits(self, task: "Task") -> "Limits":
+    def limits(self, task: Task) -> Limits:
         """The task's budget with the overrides given here: the one place they are merged."""
-        from agent.run.loop import Limits
-
         return Limits.of(task, max_turns=self.max_turns, max_cost_usd=self.max_cost_usd, timeout_s=self.timeout_s)
 
-    def price_table(self) -> "PriceTable":
+    def price_table(self) -> PriceTable:
         from agent.models.pricing import load_prices
 
         return load_prices(self.prices)
@@ -56,7 +70,7 @@ SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
     ("--max-turns", "max_turns", {"type": int}, "stop after N model turns (default: the task's budget.max_turns)"),
     ("--max-cost", "max_cost_usd", {"type": float},
-     "stop when the run has cost this many USD (default: the task's budget.max_cost_usd)"),
+     "stop once the run has cost more than this many USD; 0: no budget (default: the task's budget.max_cost_usd)"),
     ("--timeout", "timeout_s", {"type": float},
      "stop the run after this many seconds, model calls included (default: the task's budget.timeout_s)"),
     ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),

@@ -1,7 +1,9 @@
 """Task specs: one TOML file = one repo at a base commit + a goal + a correctness and a perf check.
 
 Validation happens here, once, so every later stage can trust the task. Errors are one line
-that names the file, the field and what is wrong: users fix task files by reading them.
+that names the file, the field and what is wrong: users fix task files by reading them. A task
+is data: only its file and the paths it names are looked at here; whether `base` is a commit of
+the repo is asked where the task is used (`agent.env.workspace.check_task_base`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +47,7 @@ class SetupSpec(_Spec):
     timeout_s: float = Field(default=600, gt=0)
 
     @model_validator(mode="after")
-    def _something(self) -> "SetupSpec":
+    def _something(self) -> SetupSpec:
         if self.python is None and not self.venv and self.command is None:
             raise ValueError("give at least one of python, venv, command")
         if any(not c.strip() for c in self.venv):
@@ -58,7 +67,7 @@ class CorrectnessSpec(_Spec):
     timeout_s: float = Field(default=900, gt=0)
 
     @model_validator(mode="after")
-    def _sanitize_needs_poison(self) -> "CorrectnessSpec":
+    def _sanitize_needs_poison(self) -> CorrectnessSpec:
         if self.sanitize and not self.poison:
             raise ValueError("sanitize = true needs poison = true (the sanitizer runs in the poisoned run)")
         bad = [k for k in self.kernels if "." not in k.strip(".")]
@@ -87,7 +96,7 @@ class ReferenceSpec(_Spec):
 
 class BudgetSpec(_Spec):
     max_turns: int = Field(default=40, gt=0)
-    max_cost_usd: float = Field(default=2.0, ge=0)
+    max_cost_usd: float = Field(default=2.0, ge=0)  # 0: no budget (agent.models.budget)
     timeout_s: float = Field(default=1800, gt=0)
 
 
@@ -172,7 +181,7 @@ def _format_validation_error(file: Path, err: ValidationError) -> str:
     return "; ".join(out)
 
 
-def load_task(path: str | Path, *, check_base: bool = True) -> Task:
+def load_task(path: str | Path) -> Task:
     """Parse, validate and resolve one task file; raise TaskError with a one-line message."""
     file = Path(path)
     if not file.is_file():
@@ -193,8 +202,6 @@ def load_task(path: str | Path, *, check_base: bool = True) -> Task:
         if found is None or not found.is_dir():
             raise TaskError(f"{file}: repo: path not found: {spec.repo}")
         repo = str(found)
-        if check_base:
-            _check_base(file, found, spec.base)
 
     reference = None
     if spec.reference is not None:
@@ -202,22 +209,6 @@ def load_task(path: str | Path, *, check_base: bool = True) -> Task:
         if reference is None or not reference.is_file():
             raise TaskError(f"{file}: reference.patch: file not found: {spec.reference.patch}")
     return Task(spec=spec, file=file.resolve(), repo=repo, reference_patch=reference)
-
-
-def _check_base(file: Path, repo: Path, base: str) -> None:
-    """A base commit must exist in a git repo; a plain folder only knows its current state."""
-    import git
-
-    from agent.env.workspace import open_repo
-
-    if not (repo / ".git").exists():
-        if base != "HEAD":
-            raise TaskError(f"{file}: base: {repo} is not a git repository, so only base = \"HEAD\" is possible")
-        return
-    try:
-        open_repo(repo).commit(base)
-    except (git.BadName, ValueError, git.GitCommandError):
-        raise TaskError(f"{file}: base: unknown commit {base!r} in {repo}") from None
 
 
 def task_files(path: str | Path) -> list[Path]:

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def perfagent(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(cwd)})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(cwd)}, check=False)
 
 
 def test_bundled_tasks_validate():
@@ -94,3 +94,18 @@ def test_lint_task_errors_are_one_line(tmp_path):
         res = perfagent("lint", *args, cwd=tmp_path)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.strip().count("\n") == 0 and words in res.stderr, res.stderr
+
+
+def test_unknown_base_is_one_line_exit_2_wherever_the_task_is_used(tmp_path):
+    """A task file is data; the base commit is checked by each command that uses the task, before it does anything."""
+    (tmp_path / "plain").mkdir()
+    task = tmp_path / "t.toml"
+    task.write_text('id = "t"\nrepo = "plain"\nbase = "v1"\nprompt = "p"\n[correctness]\ncommand = "true"\n')
+    (tmp_path / "p.diff").write_text("")
+    for args in [("tasks", str(task)), ("run", str(task)), ("check", str(task), "--patch", "p.diff"),
+                 ("batch", str(task)), ("lint", "plain", "--fix", "--task", str(task))]:
+        res = perfagent(*args, cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (args, res.stderr)
+        assert res.stderr.strip().count("\n") == 0, (args, res.stderr)
+        assert "t.toml: base:" in res.stderr and "not a git repository" in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "results").exists()

@@ -1,6 +1,7 @@
 """The layout's promises, checked on the source: data flows one way, so no import cycle between
 modules of agent/ (imports inside functions included), only entry points import the CLI, and
 the "never" arrows hold (review reads results, never run or batch; results is below them all).
+A `_private` name stays in its module: what another module needs is public in its home.
 Test modules share code through helpers.py and fixtures, never by importing each other.
 
     python -m pytest -q tests/test_layout.py      # prints every cycle it finds
@@ -28,21 +29,49 @@ def modules(top: Path) -> dict[str, Path]:
     return {module_name(p, top): p for p in top.rglob("*.py")}
 
 
+def imported_from(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute name of the module a `from ... import` in module `name` (file `path`) reads."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """Every module of `known` that `path` imports, at any depth (functions, TYPE_CHECKING blocks)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = imported_from(name, path, node)
             subs = {f"{base}.{a.name}" for a in node.names} & known  # `from pkg import submodule`
             found |= subs if len(subs) == len(node.names) else subs | {base}
     return {m for m in found if m in known and m != name}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(top: Path) -> list[str]:
+    """Each `_private` name (or private module) a module of `top` imports from another of its modules."""
+    mods = modules(top)
+    found = []
+    for name, path in sorted(mods.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found += [f"{name} imports {a.name}" for a in node.names
+                          if a.name.partition(".")[0] == top.name and any(map(is_private, a.name.split(".")))]
+            elif isinstance(node, ast.ImportFrom):
+                base = imported_from(name, path, node)
+                if base.partition(".")[0] != top.name or base == name:
+                    continue
+                found += [f"{name} imports {a.name} from {base}" for a in node.names
+                          if is_private(a.name) or any(map(is_private, base.split(".")))]
+    return found
 
 
 def graph(top: Path) -> dict[str, set[str]]:
@@ -141,3 +170,21 @@ def test_test_modules_do_not_import_each_other():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{p.relative_to(ROOT)} imports {n}" for n in names if n.rpartition(".")[2] in test_modules]
     assert offenders == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports(ROOT / "agent")
+    assert not found, "make these public in their home module:\n" + "\n".join(found)
+
+
+def test_the_private_import_finder_finds_relative_and_absolute_ones(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "env").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "env" / "__init__.py"):
+        init.write_text("")
+    (pkg / "env" / "sandbox.py").write_text("from __future__ import annotations\n_x = 1\n__all__ = []\n")
+    (pkg / "env" / "warm.py").write_text("from agent.env.sandbox import __all__, _x\n"
+                                         "def f():\n    from .sandbox import _x as y\n")
+    (pkg / "cli.py").write_text("import agent.env._hidden\nfrom agent.env import sandbox\n")
+    assert private_imports(pkg) == ["agent.cli imports agent.env._hidden", "agent.env.warm imports _x from agent.env.sandbox",
+                                    "agent.env.warm imports _x from agent.env.sandbox"]

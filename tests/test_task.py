@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.env.workspace import check_task_base, checked_bases
 from agent.task import TaskError, load_task, load_task_set, task_files
 
 GOOD = '''
@@ -46,7 +47,6 @@ def test_valid_task_resolves_repo_walking_up(tmp_path, small_repo):
     (lambda s: s.replace('command = "python -m pytest -q tests"', ''), "correctness.command", "missing"),
     (lambda s: s.replace('focus = ["pkg/mod.py"]', 'focus = "pkg/mod.py"'), "focus", "list"),
     (lambda s: s.replace('repo = "src"', 'repo = "nowhere"'), "repo", "path not found"),
-    (lambda s: s.replace('base = "HEAD"', 'base = "deadbeef"'), "base", "unknown commit"),
     (lambda s: s + '[reference]\npatch = "missing.diff"\n', "reference.patch", "not found"),
     (lambda s: s.replace('id = "t1"', 'id = "has space"'), "id", "pattern"),
     (lambda s: s + "[budget]\nmax_turns = 0\n", "budget.max_turns", "greater than 0"),
@@ -60,6 +60,20 @@ def test_errors_name_file_field_and_problem(tmp_path, small_repo, mutate, field,
     assert str(f) in msg and field in msg and what in msg
 
 
+def test_unknown_base_is_found_where_the_task_is_used(tmp_path, small_repo):
+    """Loading reads only the file; the base commit is checked by whoever uses the task, in the same one-line form."""
+    f = write(tmp_path / "tasks" / "bad.toml", GOOD.replace('base = "HEAD"', 'base = "deadbeef"'))
+    task = load_task(f)
+    with pytest.raises(TaskError) as exc:
+        check_task_base(task)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert str(f) in msg and "base" in msg and "unknown commit 'deadbeef'" in msg
+    [entry] = checked_bases([task])
+    assert isinstance(entry, TaskError) and str(entry) == msg
+    check_task_base(load_task(write(tmp_path / "tasks" / "good.toml", GOOD)))
+
+
 def test_invalid_toml_and_missing_file(tmp_path):
     f = write(tmp_path / "broken.toml", "id = \n")
     with pytest.raises(TaskError, match="not valid TOML"):
@@ -71,8 +85,8 @@ def test_invalid_toml_and_missing_file(tmp_path):
 def test_plain_folder_only_allows_head(tmp_path):
     (tmp_path / "plain").mkdir()
     f = write(tmp_path / "t.toml", GOOD.replace('repo = "src"', 'repo = "plain"').replace('base = "HEAD"', 'base = "v1"'))
-    with pytest.raises(TaskError, match="not a git repository"):
-        load_task(f)
+    with pytest.raises(TaskError, match="base: .*not a git repository"):
+        check_task_base(load_task(f))
 
 
 def test_git_url_is_not_resolved_locally(tmp_path):

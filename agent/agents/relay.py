@@ -8,8 +8,8 @@ this relay answers. The relay
 - refuses everything else, a proxied CONNECT to another host included, and records it;
 - counts the tokens of every response, JSON or server-sent events, and prices them with our
   table, so the cost comes from the wire and not from what the agent says about itself;
-- refuses further requests once `max_cost_usd` is spent or the deadline passed, and sets
-  `stopped` so the runner ends the agent;
+- refuses further requests once the run is over its budget (`agent.models.budget`: the rule
+  our own loop keeps too) or the deadline passed, and sets `stopped` so the runner ends the agent;
 - appends every request and response to trajectory.jsonl (never the key).
 """
 
@@ -22,17 +22,22 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from agent.models.anthropic import usage_from_api as anthropic_usage
 from agent.models.base import Usage
+from agent.models.budget import Spend
 from agent.models.openai import usage_from_api as openai_chat_usage
-from agent.models.pricing import PriceTable, cost_usd
+from agent.models.pricing import PriceTable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 Provider = Literal["anthropic", "openai"]
 BRIDGE_PORT = 8787  # inside the sandbox's own network namespace, where nothing else listens
@@ -68,7 +73,7 @@ class Upstream:
     api_key: str | None
 
     @classmethod
-    def of(cls, provider: Provider, base_url: str | None = None) -> "Upstream":
+    def of(cls, provider: Provider, base_url: str | None = None) -> Upstream:
         url = base_url or os.environ.get(BASE_URL_VARS[provider]) or DEFAULT_BASE_URLS[provider]
         if not url.startswith(("http://", "https://")):
             raise RelayError(f"{provider} base URL {url!r} is not an http(s) URL")
@@ -82,38 +87,26 @@ class Upstream:
 
 
 @dataclass
-class Meter:
+class Meter(Spend):
     """Tokens, cost and refusals so far; shared by the relay's threads, read by the runner."""
 
     prices: PriceTable
-    max_cost_usd: float | None = None
+    max_cost_usd: float | None = None  # None or 0: no budget
     deadline: float | None = None  # time.monotonic()
-    usage_by_model: dict[str, Usage] = field(default_factory=dict)
-    cost_by_model: dict[str, float | None] = field(default_factory=dict)
     requests: int = 0  # metered responses
-    api_duration_s: float = 0.0
     refused: list[str] = field(default_factory=list)
     stop_reason: str | None = None  # "budget" | "time"
     stopped: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def total_cost_usd(self) -> float | None:
-        costs = list(self.cost_by_model.values())
-        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
-
     def add(self, model: str, usage: Usage, duration_s: float) -> float | None:
         """Count one response; the cost of it (None: no known price). Stops the agent past the budget."""
         with self.lock:
-            total = self.usage_by_model.get(model, Usage()) + usage
-            self.usage_by_model[model] = total
-            self.cost_by_model[model] = cost_usd(model, total, self.prices)
+            cost = self.count(model, usage, self.prices, duration_s)
             self.requests += 1
-            self.api_duration_s += duration_s
-            spent = self.total_cost_usd
-            if self.max_cost_usd is not None and spent is not None and spent >= self.max_cost_usd:
+            if self.over(self.max_cost_usd):
                 self.stop("budget")
-        return cost_usd(model, usage, self.prices)
+        return cost
 
     def refuse(self, what: str) -> None:
         with self.lock:
@@ -210,7 +203,7 @@ class Relay:
         self._server: _UnixHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Self:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         try:
@@ -245,10 +238,10 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
         def address_string(self) -> str:  # a Unix socket has no client address
             return "sandbox"
 
-        def do_CONNECT(self) -> None:  # noqa: N802 — a proxied TLS connection to another host
+        def do_CONNECT(self) -> None:
             self._refuse(f"CONNECT {self.path}", 403, "perfagent relay: no network but the API")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             try:
                 self._forward()
             except (BrokenPipeError, ConnectionResetError):

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import ast
 import os
-import re
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 
-from .rules import alloc, buffers, loops, sync
+from agent.util.globs import matches_any
+
 from .context import ModuleContext, dedupe_keys, run_visitors
 from .findings import ANALYZER_ERROR, PARSE_ERROR, RULES, AnalyzerConfig, Finding
+from .rules import alloc, buffers, loops, sync
 
-DEFAULT_EXCLUDE = ("tests/**", "test_*.py", "**/tests/**", "conftest.py")
+# In the one glob dialect (agent.util.globs): `tests/**` is a tests/ folder at any depth.
+DEFAULT_EXCLUDE = ("tests/**", "test_*.py", "conftest.py")
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv"})
 _RULE_VISITORS = (buffers.visitor, sync.visitor, alloc.visitor, loops.visitor)
 
@@ -42,9 +44,9 @@ def analyze_paths(paths: Sequence[Path], root: Path | None = None, rules: set[st
     """Findings for every *.py under `paths`, with paths relative to `root`.
 
     `root` defaults to the one directory given, else the current directory. Directories
-    are walked (hidden ones, __pycache__ and virtualenvs skipped) and `exclude` globs are
-    matched against the path relative to the walked directory and to `root` (a pattern
-    without `/` matches the file name); files named explicitly are always analysed.
+    are walked (hidden ones, __pycache__ and virtualenvs skipped) and `exclude` globs
+    (agent.util.globs, the dialect of protected paths) are matched against the path relative
+    to the walked directory and to `root`; files named explicitly are always analysed.
     A path that does not exist raises FileNotFoundError.
     """
     paths = [Path(p) for p in paths]
@@ -101,7 +103,6 @@ def _line(source: str, line: int) -> str:
 
 
 def _python_files(paths: Sequence[Path], root: Path, exclude: Sequence[str]) -> Iterator[Path]:
-    patterns = [_glob(p) for p in exclude]
     seen: set[Path] = set()
     for top in paths:
         if not top.exists():
@@ -111,7 +112,7 @@ def _python_files(paths: Sequence[Path], root: Path, exclude: Sequence[str]) -> 
         else:
             candidates = sorted(_walk(top))
         for file in candidates:
-            if top.is_dir() and _excluded(file, (top, root), patterns):
+            if top.is_dir() and _excluded(file, (top, root), exclude):
                 continue
             real = file.resolve()
             if real not in seen:
@@ -128,38 +129,15 @@ def _walk(top: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def _excluded(file: Path, bases: Sequence[Path], patterns: list[tuple[re.Pattern[str], bool]]) -> bool:
+def _excluded(file: Path, bases: Sequence[Path], patterns: Sequence[str]) -> bool:
     for base in bases:
         try:
             rel = file.resolve().relative_to(base.resolve()).as_posix()
         except ValueError:
             continue
-        for regex, whole_path in patterns:
-            if regex.match(rel if whole_path else rel.rsplit("/", 1)[-1]):
-                return True
+        if matches_any(rel, patterns):
+            return True
     return False
-
-
-def _glob(pattern: str) -> tuple[re.Pattern[str], bool]:
-    """gitignore-flavoured glob: `**/` any directories, `*` within one name; no `/` = file name."""
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z"), "/" in pattern
 
 
 def _relative(file: Path, root: Path) -> str:

@@ -32,21 +32,39 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
-from .facts import returns_tensor
+from .context import (
+    ModuleContext,
+    is_literal_true,
+    kwarg,
+    method_name,
+    positional,
+    run_visitors,
+    string_key,
+)
 from .factories import Factory, classify
-from .refs import VIEW_METHODS, Ref, key_element, literal_int, overlaps, path_of, resolve, write_target
+from .facts import returns_tensor
+from .refs import (
+    VIEW_METHODS,
+    Ref,
+    key_element,
+    literal_int,
+    overlaps,
+    path_of,
+    resolve,
+    write_target,
+)
 from .tensors import TENSOR_METHODS, TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
 _CONVERSIONS = frozenset({"to", "cuda", "int", "long", "float", "half", "bfloat16", "bool", "double",
                           "contiguous", "pin_memory", "clone"})
-_ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor_divide_", "addcmul_",
-                          "addcdiv_", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_", "index_add_",
-                          "scatter_add_", "scatter_reduce_", "index_reduce_", "lerp_", "clamp_", "clamp_min_",
-                          "clamp_max_", "pow_", "neg_", "abs_", "exp_", "log_", "sqrt_", "rsqrt_", "cumsum_",
-                          "cumprod_", "relu_", "sigmoid_", "tanh_", "sign_", "logical_or_", "logical_and_",
-                          "bitwise_or_", "bitwise_and_", "bitwise_xor_", "maximum_", "minimum_", "fmax_", "fmin_"})
+# In-place methods whose result depends on the old contents.
+ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor_divide_", "addcmul_",
+                         "addcdiv_", "addmm_", "addmv_", "addbmm_", "baddbmm_", "addr_", "index_add_",
+                         "scatter_add_", "scatter_reduce_", "index_reduce_", "lerp_", "clamp_", "clamp_min_",
+                         "clamp_max_", "pow_", "neg_", "abs_", "exp_", "log_", "sqrt_", "rsqrt_", "cumsum_",
+                         "cumprod_", "relu_", "sigmoid_", "tanh_", "sign_", "logical_or_", "logical_and_",
+                         "bitwise_or_", "bitwise_and_", "bitwise_xor_", "maximum_", "minimum_", "fmax_", "fmin_"})
 # In-place methods whose result does not depend on the old contents.
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
                          "geometric_", "cauchy_", "log_normal_"})
@@ -253,7 +271,7 @@ class FlowVisitor(TensorVisitor):
                 value = self.path(arg.value)
                 if value is not None:
                     self.alias(root, value)
-                elif isinstance(arg.value, cst.Call) and (element := _entry_style(arg.value, self.ctx)) is not None:
+                elif isinstance(arg.value, cst.Call) and (element := entry_style(arg.value, self.ctx)) is not None:
                     for field_arg in arg.value.args:  # helper(Meta(cu=buf)): the parameter's fields alias
                         field_ref = self.path(field_arg.value)
                         if field_arg.keyword is not None and field_ref is not None:
@@ -366,7 +384,7 @@ class FlowVisitor(TensorVisitor):
             for el in value.elements:
                 if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                     self._bind_entry(ref, text, key_element(string_key(cst.Index(el.key)) or ""), el.value)
-        elif isinstance(value, cst.Call) and (element := _entry_style(value, self.ctx)) is not None:
+        elif isinstance(value, cst.Call) and (element := entry_style(value, self.ctx)) is not None:
             for arg in value.args:
                 if arg.keyword is not None:
                     self._bind_entry(ref, text, element(arg.keyword.value), arg.value)
@@ -408,7 +426,7 @@ class FlowVisitor(TensorVisitor):
             receiver = node.func.value  # type: ignore[attr-defined]
             if method == "register_buffer":
                 self._register_buffer(node, receiver)
-            elif method in _ACCUMULATES or (method == "index_put_" and _accumulate_kw(node)):
+            elif method in ACCUMULATES or (method == "index_put_" and _accumulate_kw(node)):
                 self._write(node, receiver, "accumulate")
             elif method in _SPARSE_WRITES:
                 self._write(node, receiver, "sparse")
@@ -528,7 +546,7 @@ def _strip_conversions(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def _entry_style(call: cst.Call, ctx: ModuleContext):
+def entry_style(call: cst.Call, ctx: ModuleContext):
     """How keyword arguments become entries: `dict(k=v)` -> ["k"], `Meta(k=v)` -> .k, else None."""
     qual = ctx.qualified(call.func) or ""
     if qual == "dict":

@@ -24,15 +24,15 @@ is `o.f`; and an assignment binds after its right-hand side is read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import libcst as cst
 
 from .context import ModuleContext, kwarg, method_name, shorten, string_key
 from .facts import returns_tensor
 from .findings import AnalyzerConfig
-from .flow import _ACCUMULATES, FlowVisitor, _entry_style
+from .flow import ACCUMULATES, FlowVisitor, entry_style
 from .refs import VIEW_METHODS, Ref, resolve
 
 # Methods that look at a tensor's metadata, make a view of it or allocate from its options: not reads.
@@ -323,7 +323,7 @@ class _ReadVisitor(FlowVisitor):
         super().visit_Call(node)
         method = method_name(node)
         if method is not None and self._reads_receiver(node, method):
-            verb = "accumulated in place by" if method in _ACCUMULATES else "read by"
+            verb = "accumulated in place by" if method in ACCUMULATES else "read by"
             self._read(node.func.value, f"{verb} .{method}()")  # type: ignore[attr-defined]
         callee = self._callee(node)
         if callee is None:
@@ -384,7 +384,7 @@ class _ReadVisitor(FlowVisitor):
             self._read(value, f"indexed: {shorten(self.ctx.code(value), 60)}", strict=not gathers)
 
     def _reads_receiver(self, call: cst.Call, method: str) -> bool:
-        if method in _ACCUMULATES or (method == "index_put_" and kwarg(call, "accumulate") is not None):
+        if method in ACCUMULATES or (method == "index_put_" and kwarg(call, "accumulate") is not None):
             return True
         return not (method in _NOT_READ_METHODS or (method.endswith("_") and not method.startswith("_")))
 
@@ -395,7 +395,7 @@ class _ReadVisitor(FlowVisitor):
         func = call.func
         qual = self.ctx.qualified(func) or ""
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        if qual in _NOT_READ_CALLS or _entry_style(call, self.ctx) is not None:
+        if qual in _NOT_READ_CALLS or entry_style(call, self.ctx) is not None:
             return None
         if name in self.ctx.facts.defs and (isinstance(func, cst.Name) or (
                 isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"))):  # type: ignore[union-attr]

@@ -27,6 +27,7 @@ from rich.console import Console
 from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
 from agent.batch.plan import extended
 from agent.batch.progress import BatchProgress
+from agent.env.workspace import checked_bases
 from agent.options import RunOptions
 from agent.results.layout import PLAN, job_key, job_paths, model_slug
 from agent.results.ledger import Ledger
@@ -223,7 +224,7 @@ def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
 def load_tasks(source: str | Path) -> list[Task]:
     """The valid tasks of a set; any invalid one stops the batch before it starts, with every error listed."""
     try:
-        entries = load_task_set(source)
+        entries = checked_bases(load_task_set(source))
     except TaskError as e:
         raise BatchError(str(e)) from None
     bad = [str(e) for e in entries if not isinstance(e, Task)]

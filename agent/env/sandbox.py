@@ -30,11 +30,11 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Iterator
 
 DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
@@ -83,7 +83,7 @@ class ResourceLimits:
     cpu_s: int | None = None  # default: the timeout times the cores, so threads can use them all
 
     @classmethod
-    def default(cls) -> "ResourceLimits":
+    def default(cls) -> ResourceLimits:
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
@@ -126,7 +126,7 @@ def isolation() -> Isolation:
 
 def _probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20, pass_fds=pass_fds).returncode == 0
+        return subprocess.run(argv, check=False, capture_output=True, timeout=20, pass_fds=pass_fds).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -143,7 +143,7 @@ _KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC000
 _X32_BIT = 0x40000000  # x86_64's x32 ABI numbers the same calls from here up
 
 
-@lru_cache(maxsize=None)
+@cache
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter bwrap installs (`--seccomp FD`): the keyring calls, any other architecture's calls
     (i386 via int 0x80) and x86_64's x32 calls fail with EPERM; None where we have no table."""
@@ -163,7 +163,7 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
 
 @contextmanager
 def seccomp_filter(wanted: bool = True) -> Iterator[tuple[int, ...]]:
-    """The fds, none or one, holding the filter for `--seccomp` (see `_wrap`) while the block runs:
+    """The fds, none or one, holding the filter for `--seccomp` (see `sealed_argv`) while the block runs:
     the process started in it must inherit them (Popen's pass_fds)."""
     program = seccomp_program() if wanted else None
     if program is None:
@@ -262,8 +262,8 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
     return out
 
 
-def _wrap(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
-          env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
+def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
+                env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
     """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
@@ -279,7 +279,7 @@ class _CappedReader(threading.Thread):
 
     def __init__(self, fd: int, limit: int):
         super().__init__(daemon=True, name="sandbox-output")
-        self.pipe = open(fd, "rb", buffering=0, closefd=False)
+        self.pipe = open(fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 — read for the thread's life; fd not ours
         self.half = max(1, limit // 2)
         self.head, self.tail = bytearray(), bytearray()
         self.total = 0
@@ -334,8 +334,8 @@ def run_command(
     env = env if env is not None else base_env()
     mode = isolation().mode
     with seccomp_filter(mode == "bwrap") as seccomp:
-        argv = _wrap(command, cwd, mode, _real(writable), _real(readable), env, limits or ResourceLimits.default(),
-                     timeout_s, seccomp)
+        argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env,
+                           limits or ResourceLimits.default(), timeout_s, seccomp)
         start = time.monotonic()
         read_fd, write_fd = os.pipe()
         try:
@@ -367,7 +367,8 @@ def run_command(
     return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode)
 
 
-def _real(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
+def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
+    """Each path with its symlinks resolved, as the sandbox binds it."""
     return tuple(Path(os.path.realpath(p)) for p in paths)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import git
 
+from agent.task import Task, TaskError
 from agent.util.globs import matches_any
 
 RUN_BRANCH = "perfagent/run"
@@ -64,7 +65,7 @@ class Workspace:
         return open_repo(self.root)
 
     @classmethod
-    def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> "Workspace":
+    def create(cls, source: str | Path, base: str = "HEAD", dest: str | Path | None = None) -> Workspace:
         """Materialise `source` at `base` in `dest` (a new temp folder when None)."""
         dest = Path(dest) if dest is not None else Path(tempfile.mkdtemp(prefix="perfagent-ws-"))
         if dest.exists() and any(dest.iterdir()):
@@ -157,13 +158,64 @@ class Workspace:
         for args in (["--check"], []):
             proc = subprocess.run(
                 ["git", "apply", "--whitespace=nowarn", *args, "-"],
-                cwd=self.root, input=patch.encode(), capture_output=True, env=git_env(),
+                cwd=self.root, input=patch.encode(), capture_output=True, env=git_env(), check=False,
             )
             if proc.returncode != 0:
                 raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch does not apply")
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def check_base_commit(repo: str | Path, base: str) -> None:
+    """`base` names a commit of the local `repo`; WorkspaceError in one line if not.
+
+    A plain folder only knows its current state, so there only "HEAD" is a base. A URL is not
+    looked at: cloning it is where its base is found, or not (`Workspace.create`).
+    """
+    path = Path(repo)
+    if not (path / ".git").exists():
+        if base != "HEAD":
+            raise WorkspaceError(f"{path} is not a git repository, so only base = \"HEAD\" is possible")
+        return
+    try:
+        open_repo(path).commit(base)
+    except (git.BadName, ValueError, git.GitCommandError, git.InvalidGitRepositoryError):
+        raise WorkspaceError(f"unknown commit {base!r} in {path}") from None
+
+
+def check_task_base(task: Task) -> None:
+    """The task's base exists in its (local) repo: asked before a run, a check or a batch uses the task.
+
+    TaskError naming the file and the field, like every other mistake in a task file.
+    """
+    if task.repo_is_url:
+        return
+    try:
+        check_base_commit(task.repo, task.spec.base)
+    except WorkspaceError as e:
+        raise TaskError(f"{_shown(task.file)}: base: {e}") from None
+
+
+def checked_bases(entries: list[Task | TaskError]) -> list[Task | TaskError]:
+    """A task set's entries with each task whose base is unknown replaced by that TaskError."""
+    out: list[Task | TaskError] = []
+    for entry in entries:
+        if isinstance(entry, Task):
+            try:
+                check_task_base(entry)
+            except TaskError as e:
+                entry = e
+        out.append(entry)
+    return out
+
+
+def _shown(file: Path) -> str:
+    """A task file as a user names it: relative to the current folder when inside it."""
+    try:
+        return str(file.relative_to(Path.cwd()))
+    except ValueError:
+        return str(file)
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -208,7 +260,7 @@ def _snapshot_folder(src: Path, dest: Path) -> None:
 
 
 def _git(*args: str) -> None:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True, env=git_env())
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, env=git_env(), check=False)
     if proc.returncode != 0:
         raise git.GitCommandError(["git", *args], proc.returncode, proc.stderr)
 

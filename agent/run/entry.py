@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -22,7 +23,7 @@ from rich.markup import escape
 
 from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
 from agent.checks import CheckError
-from agent.env.workspace import PatchError, WorkspaceError
+from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
 from agent.options import RunOptions
 from agent.run.names import BadName, check_job, check_run_id
@@ -67,7 +68,7 @@ def guarded(call: Callable[[], int]) -> int:
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
         return getattr(e, "exit_code", 130)
-    except Exception as e:  # noqa: BLE001 — a user sees one line; PERFAGENT_DEBUG=1 shows the traceback
+    except Exception as e:
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
         err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (PERFAGENT_DEBUG=1 shows the traceback)",
@@ -90,14 +91,15 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     if request.job is not None:
         check_job(request.job)
     task = load_task(request.task_file)
+    check_task_base(task)
     if request.job is None:
         check_job(task.id)  # the default job name
     opts = request.options
     agent_name, model_spec = (split_spec(request.model) if request.agent == OWN_AGENT
                               else (request.agent, request.model))
-    kwargs = dict(out_dir=Path(request.out_dir), run_id=request.run_id or new_run_id(), job=request.job,
-                  prices=opts.price_table(), limits=opts.limits(task), lock_dir=opts.lock_dir,
-                  keep_workspace=opts.keep_workspace)
+    kwargs = {"out_dir": Path(request.out_dir), "run_id": request.run_id or new_run_id(), "job": request.job,
+              "prices": opts.price_table(), "limits": opts.limits(task), "lock_dir": opts.lock_dir,
+              "keep_workspace": opts.keep_workspace}
     if agent_name == OWN_AGENT:
         model = make_model(model_spec or "rules", base_url=opts.base_url, stream=opts.stream, task=task)
         require_sandbox([model_spec], opts.allow_unsandboxed)
@@ -172,7 +174,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
-def _print_summary(out: Console, result: "RunResult") -> None:
+def _print_summary(out: Console, result: RunResult) -> None:
     r = result.report
     ev = r.evaluation
     perf = ev.perf if ev is not None else None

@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
@@ -29,9 +29,10 @@ from agent.checks import Checker, Evaluation, summarize
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
 from agent.models.pricing import PriceTable
+from agent.options import Limits
 from agent.results.report import AgentRound, AgentRun
 from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut, as_interrupted
-from agent.run.loop import Limits, Outcome, Trajectory
+from agent.run.loop import Outcome, Trajectory
 from agent.run.prompts import agent_prompt
 from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,
                               report_of, salvage_emission)

@@ -9,51 +9,43 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
-from agent.models.base import OFFLINE_MODELS, Deadline, Model, ModelError, Reply, ToolCall, Usage
-from agent.models.pricing import PriceTable, cost_usd
-from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
-                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted)
+from agent.models.base import Deadline, Model, ModelError, Reply, ToolCall, Usage
+from agent.models.budget import Spend
+from agent.models.pricing import PriceTable
+from agent.options import Limits
+from agent.run.exits import (
+    Interrupted,
+    MaxTurns,
+    ModelFailed,
+    OverBudget,
+    RunEnded,
+    RunExit,
+    StoppedWithoutSubmitting,
+    Submitted,
+    TimedOut,
+    as_interrupted,
+)
 from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
 from agent.task import Task
 from agent.util.files import append_jsonl
 
-@dataclass(frozen=True)
-class Limits:
-    max_turns: int
-    max_cost_usd: float
-    timeout_s: float
-
-    @classmethod
-    def of(cls, task: Task, **overrides: Any) -> "Limits":
-        b = task.spec.budget
-        base = dict(max_turns=b.max_turns, max_cost_usd=b.max_cost_usd, timeout_s=b.timeout_s)
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
-
 
 @dataclass
-class Outcome:
-    """What the loop produced; the runner turns it into report.json."""
+class Outcome(Spend):
+    """What the loop produced, its spend included; the runner turns it into report.json."""
 
     subtype: str = "success"  # the RunExit's: success | error_max_turns | error_max_budget | error_during_execution
     result: str = ""
     num_turns: int = 0
     duration_s: float = 0.0
-    api_duration_s: float = 0.0
-    usage_by_model: dict[str, Usage] = field(default_factory=dict)
-    cost_by_model: dict[str, float | None] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     interrupted: str | None = None  # the signal that stopped the run, e.g. "SIGTERM"
-
-    @property
-    def total_cost_usd(self) -> float | None:
-        costs = list(self.cost_by_model.values())
-        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
     @property
     def is_error(self) -> bool:
@@ -158,7 +150,7 @@ def _turns(model: Model, tools: Toolbox, out: Outcome, system: str, messages: li
             idle = False
             messages.append({"role": "user", "content": _run_tools(reply, tools, trajectory, out.num_turns,
                                                                    grade_submission, on_event)})
-        if limits.max_cost_usd and (out.total_cost_usd or 0) > limits.max_cost_usd:
+        if out.over(limits.max_cost_usd):
             raise OverBudget(out.total_cost_usd or 0.0, limits.max_cost_usd)
 
 
@@ -237,14 +229,11 @@ def _record(trajectory: Trajectory, turn: int, call: ToolCall, content: str, is_
 
 
 def _account(out: Outcome, reply: Reply, prices: PriceTable, warned: set[str]) -> None:
-    out.api_duration_s += reply.api_duration_s
     model = reply.model or "unknown"
-    out.usage_by_model[model] = out.usage_by_model.get(model, Usage()) + reply.usage
-    cost = 0.0 if model in OFFLINE_MODELS else cost_usd(model, out.usage_by_model[model], prices)
-    if cost is None and model not in warned:
+    out.count(model, reply.usage, prices, reply.api_duration_s)
+    if out.cost_by_model[model] is None and model not in warned:
         warned.add(model)
         out.warnings.append(f"no price known for model {model!r}: its cost is reported as null")
-    out.cost_by_model[model] = cost
 
 
 def _reply_record(reply: Reply) -> dict:

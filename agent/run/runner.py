@@ -13,9 +13,10 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agent.checks import Checker, Evaluation, Evidence, grade, summarize
 from agent.checks.patchinfo import changes_anything, diff_summary
@@ -24,9 +25,10 @@ from agent.env.sandbox import base_env, isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
+from agent.options import Limits
 from agent.results.report import ModelUsage, PermissionDenial, PolicyRecord, Report, TokenUsage, new_report
 from agent.run.exits import as_interrupted
-from agent.run.loop import Limits, Outcome, Trajectory, run_loop
+from agent.run.loop import Outcome, Trajectory, run_loop
 from agent.run.model_spec import make_model
 from agent.run.names import check_job, check_run_id
 from agent.run.tools import Toolbox, ToolResult
@@ -43,7 +45,7 @@ class RunPaths:
     rejected: Path  # the change that did not pass, when nothing was emitted
 
     @classmethod
-    def of(cls, out_dir: Path, run_id: str, job: str) -> "RunPaths":
+    def of(cls, out_dir: Path, run_id: str, job: str) -> RunPaths:
         """The outputs of a job; BadName for a run id or job that could lead outside `out_dir`."""
         res = out_dir / "results" / check_run_id(run_id) / check_job(job)
         patches = out_dir / "patches" / run_id / job

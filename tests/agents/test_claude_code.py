@@ -19,9 +19,9 @@ from agent.agents import make_agent
 from agent.cli import main
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
+from agent.options import Limits
 from agent.results.report import Report, read_report
 from agent.run.external import run_external
-from agent.run.loop import Limits
 
 pytestmark = pytest.mark.skipif(shutil.which("claude") is None,
                                 reason="Claude Code is not installed (npm install -g @anthropic-ai/claude-code)")
@@ -52,7 +52,7 @@ def usage_of(*usages: dict) -> Usage:
 
 
 def run_claude(task, server: FakeServer, tmp_path: Path, *, rounds: int = 1, **limits) -> Report:
-    budget = dict(max_turns=40, max_cost_usd=5.0, timeout_s=300.0) | limits
+    budget = {"max_turns": 40, "max_cost_usd": 5.0, "timeout_s": 300.0} | limits
     result = run_external(task, make_agent("claude-code", MODEL), out_dir=tmp_path / "out", run_id="r1",
                           prices=load_prices(), limits=Limits(**budget), rounds=rounds, base_url=server.url)
     return result.report

@@ -11,8 +11,15 @@ import openai
 import pytest
 from fakeserver import reply, tool_call
 
-from agent.agents.relay import (PLACEHOLDER_KEY, Meter, Relay, Upstream, bridge_command, metered_usage,
-                                sse_events)
+from agent.agents.relay import (
+    PLACEHOLDER_KEY,
+    Meter,
+    Relay,
+    Upstream,
+    bridge_command,
+    metered_usage,
+    sse_events,
+)
 from agent.env.sandbox import base_env, isolation, run_command
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
@@ -63,7 +70,7 @@ def test_anthropic_sdk_through_the_relay_is_metered_and_keyed(relay_for, fake_se
     relay, records = relay_for("anthropic")
     fake_server.script([reply("hello", tool_call("run", command="ls"), usage=USAGE)])
     sdk = anthropic_sdk(relay)
-    kw = dict(model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+    kw = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     if stream:
         with sdk.messages.stream(**kw) as s:
             message = s.get_final_message()
@@ -83,11 +90,11 @@ def test_anthropic_sdk_through_the_relay_is_metered_and_keyed(relay_for, fake_se
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_openai_sdk_through_the_relay_counts_streamed_usage(relay_for, fake_server, stream):
-    relay, records = relay_for("openai")
+    relay, _ = relay_for("openai")
     fake_server.script([reply("hi there", usage={"input_tokens": 700, "output_tokens": 20, "cache_read": 300})])
     sdk = openai.OpenAI(api_key=PLACEHOLDER_KEY, base_url="http://relay/v1", http_client=client_over(relay),
                         max_retries=0)
-    kw = dict(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    kw = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     if stream:
         text = "".join(c.choices[0].delta.content or "" for c in sdk.chat.completions.create(stream=True, **kw)
                        if c.choices)
@@ -131,7 +138,7 @@ def test_an_agent_resetting_its_connection_prints_no_traceback(relay_for, fake_s
 
 
 def test_other_hosts_and_paths_are_refused_and_recorded(relay_for, fake_server):
-    relay, records = relay_for("anthropic")
+    relay, _ = relay_for("anthropic")
     with client_over(relay) as http:
         connect = http.request("CONNECT", "http://relay/", headers={"host": "evil.example:443"})
         files = http.post("http://relay/v1/files", json={})
@@ -151,7 +158,7 @@ def test_past_the_budget_nothing_more_reaches_the_provider(relay_for, fake_serve
     relay, _ = relay_for("anthropic", max_cost_usd=0.001)
     fake_server.script([reply("a", usage={"input_tokens": 1000, "output_tokens": 10})] * 2)
     sdk = anthropic_sdk(relay)
-    kw = dict(model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    kw = {"model": "claude-sonnet-4-6", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     sdk.messages.create(**kw)  # $0.00315: over the budget once it is counted
     assert relay.meter.stopped.is_set() and relay.meter.stop_reason == "budget"
     with pytest.raises(anthropic.BadRequestError, match="budget is spent"):
@@ -159,11 +166,23 @@ def test_past_the_budget_nothing_more_reaches_the_provider(relay_for, fake_serve
     assert len(fake_server.requests) == 1
 
 
+def test_a_budget_of_zero_is_no_budget(relay_for, fake_server):
+    """`--max-cost 0` (or a task's max_cost_usd = 0): nothing is refused for its cost, as in our loop."""
+    relay, _ = relay_for("anthropic", max_cost_usd=0)
+    fake_server.script([reply("a", usage={"input_tokens": 1000, "output_tokens": 10})] * 3)
+    sdk = anthropic_sdk(relay)
+    for _ in range(3):
+        sdk.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert len(fake_server.requests) == 3 and relay.meter.requests == 3
+    assert not relay.meter.stopped.is_set() and relay.meter.stop_reason is None
+    assert relay.meter.total_cost_usd == pytest.approx(3 * 0.00315)
+
+
 def test_an_unreachable_provider_is_a_502(tmp_path):
     meter = Meter(load_prices())
-    with Relay(Upstream("anthropic", "http://127.0.0.1:9", None), meter, tmp_path / "r.sock") as relay:
-        with client_over(relay) as http:
-            resp = http.post("http://relay/v1/messages", json={"model": "m"})
+    with (Relay(Upstream("anthropic", "http://127.0.0.1:9", None), meter, tmp_path / "r.sock") as relay,
+          client_over(relay) as http):
+        resp = http.post("http://relay/v1/messages", json={"model": "m"})
     assert resp.status_code == 502 and "upstream unreachable" in resp.text
 
 

@@ -232,10 +232,10 @@ def test_task_flag_is_off_by_default_and_typed(tmp_path):
         f.write_text(f'id = "t"\nrepo = "."\nprompt = "p"\n[correctness]\ncommand = "true"\n{extra}')
         return f
 
-    assert load_task(task(""), check_base=False).spec.correctness.initcheck is False
-    assert load_task(task("initcheck = true\npoison = false\n"), check_base=False).spec.correctness.initcheck
+    assert load_task(task("")).spec.correctness.initcheck is False
+    assert load_task(task("initcheck = true\npoison = false\n")).spec.correctness.initcheck
     with pytest.raises(TaskError, match="correctness.initcheck"):
-        load_task(task('initcheck = "yes please"\n'), check_base=False)
+        load_task(task('initcheck = "yes please"\n'))
 
 
 def emulate(tmp_path: Path, *args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:

@@ -6,16 +6,16 @@ import json
 from decimal import Decimal
 
 import pytest
+from fakeserver import reply, tool_call
 
+from agent.env.workspace import Workspace
 from agent.models.pricing import load_prices
 from agent.models.replay import ReplayModel
-from agent.run.loop import Limits, Trajectory, run_loop
+from agent.options import Limits
+from agent.run.loop import Trajectory, run_loop
 from agent.run.model_spec import make_model
 from agent.run.tools import Toolbox, ToolResult
 from agent.task import load_task
-from agent.env.workspace import Workspace
-from fakeserver import reply, tool_call
-
 
 TASK = '''
 id = "demo"
@@ -76,7 +76,7 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     assert out.subtype == "success" and out.submitted and out.num_turns == 4
     assert out.result == "zeros -> empty in f()"
     assert "torch.empty(4)" in (ws.root / "pkg/mod.py").read_text()
-    ((model_id, usage),) = out.usage_by_model.items()
+    ((_, usage),) = out.usage_by_model.items()
     if provider == "anthropic":
         assert usage.input_tokens == 4000 and usage.cache_read == 20000 and usage.cache_write_5m == 3200
         expected = (Decimal(4000) * 3 + 800 * 15 + 20000 * Decimal("0.30") + 3200 * Decimal("3.75")) / 10**6
@@ -91,7 +91,7 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
 
 
 def test_failed_submit_continues_then_passes(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     fake_server.script([
         reply("", tool_call("submit", summary="nothing changed")),
         reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty")),
@@ -106,7 +106,7 @@ def test_failed_submit_continues_then_passes(setup, fake_server):
 
 
 def test_max_turns_stop(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     fake_server.script([reply("", tool_call("list_files"))] * 3)
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task, max_turns=3), prices=load_prices(),
@@ -115,7 +115,7 @@ def test_max_turns_stop(setup, fake_server):
 
 
 def test_budget_stop(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     big = {"input_tokens": 200_000, "output_tokens": 10_000}  # $0.75 a turn at Sonnet prices
     fake_server.script([reply("", tool_call("list_files"), usage=big)] * 5)
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
@@ -125,8 +125,22 @@ def test_budget_stop(setup, fake_server):
     assert out.total_cost_usd == pytest.approx(1.5)
 
 
+def test_a_budget_of_zero_is_no_budget(setup, fake_server):
+    """`--max-cost 0` (or a task's max_cost_usd = 0): never stopped for its cost, as in the relay."""
+    task, ws, _ = setup
+    big = {"input_tokens": 200_000, "output_tokens": 10_000}  # $0.75 a turn at Sonnet prices
+    fake_server.script([reply("", tool_call("list_files"), usage=big)] * 3
+                       + [reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty"), usage=big),
+                          reply("", tool_call("submit", summary="fixed"), usage=big)])
+    model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
+    out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task, max_cost_usd=0), prices=load_prices(),
+                   grade_submission=grader(ws), trajectory=Trajectory(None))
+    assert out.subtype == "success" and out.num_turns == 5
+    assert out.total_cost_usd == pytest.approx(3.75)
+
+
 def test_malformed_and_unknown_tools_go_back_to_the_model(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     fake_server.script([
         reply("", tool_call("edit_file", "{not json")),
         reply("", tool_call("format_disk", device="/dev/sda")),
@@ -143,7 +157,7 @@ def test_malformed_and_unknown_tools_go_back_to_the_model(setup, fake_server):
 
 
 def test_unknown_model_price_is_null_with_warning(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     fake_server.script([reply("", tool_call("edit_file", path="pkg/mod.py", old="zeros", new="empty")),
                         reply("", tool_call("submit", summary="ok"))])
     model = make_model("openai:my-local-llama", base_url=fake_server.openai_url)
@@ -169,7 +183,7 @@ def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
 
 
 def test_a_model_that_stops_calling_tools_is_nudged_once_then_the_run_ends(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     fake_server.script([reply("I think we are done."), reply("Really done.")])
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     out = run_loop(task, model, Toolbox(ws), limits=Limits.of(task), prices=load_prices(),
@@ -199,7 +213,7 @@ def test_no_tool_call_runs_after_a_passing_submit(setup, fake_server):
 
 
 def test_run_checks_data_reaches_the_conversation_but_not_the_api(setup, fake_server):
-    task, ws, tmp = setup
+    task, ws, _ = setup
     seen: list[dict] = []
 
     def second_turn(request):

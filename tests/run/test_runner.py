@@ -10,14 +10,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from fakeserver import auth_error, reply, tool_call
+from helpers import SAFE, UNSAFE, make_task, make_tiny_task
 
 from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
-from agent.run.loop import Limits
+from agent.options import Limits
 from agent.run.runner import run_task
-from helpers import SAFE, UNSAFE, make_task, make_tiny_task
-from fakeserver import auth_error, reply, tool_call
-
 
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CODE_KEYS = ["type", "subtype", "is_error", "duration_ms", "duration_api_ms", "num_turns", "result",
@@ -33,7 +32,7 @@ def task_file(tmp_path):
 def perfagent(args, cwd, **env):
     full_env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "COLUMNS": "200", **env}
     return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=full_env, timeout=300)
+                          env=full_env, timeout=300, check=False)
 
 
 def script():
@@ -114,7 +113,7 @@ def without_bwrap(tmp: Path) -> str:
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     for tool in ("git", "bash", "sh"):
-        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        found = subprocess.run(["which", tool], capture_output=True, text=True, check=True).stdout.strip()
         (bin_dir / tool).symlink_to(found)
     return str(bin_dir)
 
@@ -122,12 +121,12 @@ def without_bwrap(tmp: Path) -> str:
 def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
     tmp = task_file.parent
     path = without_bwrap(tmp)
-    probe = subprocess.run([sys.executable, "-c", "import json; from agent.env.sandbox import isolation; "
-                            "print(json.dumps(isolation().missing))"], capture_output=True, text=True,
-                           env={"PATH": path, "HOME": str(tmp)}, cwd=tmp)
+    probe = subprocess.run([sys.executable, "-c", ("import json; from agent.env.sandbox import isolation; "
+                                                   "print(json.dumps(isolation().missing))")],
+                           capture_output=True, text=True, env={"PATH": path, "HOME": str(tmp)}, cwd=tmp, check=True)
     missing = json.loads(probe.stdout)
     assert missing, "the sandbox should be incomplete without bwrap"
-    keys = dict(PATH=path, ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
+    keys = {"PATH": path, "ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}
     args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "u", "--out", str(tmp), "--quiet"]
     res = perfagent(args, tmp, COLUMNS="1000", **keys)
     assert res.returncode == 2 and res.stderr.startswith("error: refusing to run anthropic:claude-sonnet-4-6 unsandboxed")

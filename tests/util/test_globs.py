@@ -24,3 +24,30 @@ from agent.util.globs import matches_any
 ])
 def test_matches_any(path, pats, hit):
     assert matches_any(path, pats) is hit
+
+
+@pytest.mark.parametrize("path, hit", [
+    ("tests/test_mod.py", True),
+    ("pkg/tests/helper.py", True),  # a tests/ folder at any depth
+    ("pkg/test_unit.py", True),
+    ("conftest.py", True),
+    ("pkg/sub/conftest.py", True),
+    ("pkg/mod.py", False),
+    ("pkg/contest.py", False),
+    ("pkg/latest_test.py", False),
+])
+def test_the_linters_default_excludes_are_globs_of_this_dialect(path, hit):
+    from agent.analyzers import DEFAULT_EXCLUDE
+
+    assert matches_any(path, DEFAULT_EXCLUDE) is hit
+
+
+def test_the_linter_excludes_by_this_dialect(tmp_path):
+    """`perfagent lint`'s excludes are matched as protected paths are: `bench/*.py` at any depth."""
+    from agent.analyzers import analyze_paths
+
+    for name in ("pkg/mod.py", "pkg/bench/b.py", "bench/top.py", "pkg/benchmark.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("def forward(t):\n    return t.item()\n")
+    found = {f.path for f in analyze_paths([tmp_path], root=tmp_path, exclude=["bench/*.py"])}
+    assert found == {"pkg/mod.py", "pkg/benchmark.py"}

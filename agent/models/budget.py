@@ -1,0 +1,62 @@
+"""What a run has spent on models, and when that is over its budget: one accountant, one rule.
+
+Our loop (agent/run/loop.py) and the relay that meters an external agent (agent/agents/relay.py)
+both count a run's answers in a `Spend` and ask `over_budget` whether to stop, so a task's
+`budget.max_cost_usd` and `--max-cost` mean the same thing whoever runs the task.
+
+The rule:
+- a budget of None or 0 is no budget: the run is never stopped for its cost (0 is what a task
+  file or `--max-cost 0` writes for "unlimited"; a budget that allowed no answer at all would
+  make a run that can do nothing);
+- any other budget is over once the run's cost is more than it; the answer that crosses it is
+  counted (it was already paid for), and no further model call is made;
+- a cost that is unknown (a model with no price) never spends a budget: the run reports its
+  cost as null and warns instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.models.base import OFFLINE_MODELS, Usage
+from agent.models.pricing import PriceTable, cost_usd
+
+
+def has_budget(max_cost_usd: float | None) -> bool:
+    """Whether a cost budget limits the run at all: None and 0 do not."""
+    return bool(max_cost_usd)
+
+
+def over_budget(spent_usd: float | None, max_cost_usd: float | None) -> bool:
+    """The one budget rule (see the module's docstring): stop once a known cost is past a real budget."""
+    return has_budget(max_cost_usd) and spent_usd is not None and spent_usd > max_cost_usd  # type: ignore[operator]
+
+
+@dataclass(kw_only=True)
+class Spend:
+    """Tokens and their cost per model, and the time spent waiting for answers; not thread-safe."""
+
+    usage_by_model: dict[str, Usage] = field(default_factory=dict)
+    cost_by_model: dict[str, float | None] = field(default_factory=dict)  # None: no price known
+    api_duration_s: float = 0.0
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """The run's cost; None when any model it used has no known price."""
+        costs = list(self.cost_by_model.values())
+        return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
+
+    def count(self, model: str, usage: Usage, prices: PriceTable, duration_s: float = 0.0) -> float | None:
+        """Count one answer of `model`; its own cost (None: no price known). An offline model costs nothing."""
+        total = self.usage_by_model.get(model, Usage()) + usage
+        self.usage_by_model[model] = total
+        self.cost_by_model[model] = self._cost(model, total, prices)
+        self.api_duration_s += duration_s
+        return self._cost(model, usage, prices)
+
+    def over(self, max_cost_usd: float | None) -> bool:
+        return over_budget(self.total_cost_usd, max_cost_usd)
+
+    @staticmethod
+    def _cost(model: str, usage: Usage, prices: PriceTable) -> float | None:
+        return 0.0 if model in OFFLINE_MODELS else cost_usd(model, usage, prices)
