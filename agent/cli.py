@@ -28,7 +28,8 @@ def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
     for entry in entries:
         if isinstance(entry, Task):
             s = entry.spec
-            checks = "correctness" + (" + poison" if s.correctness.poison else "") + (f" + perf:{s.perf.metric}" if s.perf else "")
+            checks = ("correctness" + (" + poison" if s.correctness.poison else "")
+                      + (f" + perf:{s.perf.metric}" if s.perf else ""))
             table.add_row(s.id, s.title, _short(entry.repo), checks, "[green]ok[/]")
         else:
             bad.append(entry)
@@ -120,7 +121,10 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
                   "--fix --task TASK.toml keeps those the task's checks pass", file=sys.stderr)
         return 0
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-lint-{task.id}-"))
-    log = lambda m: err.print(f"[dim]{m}[/]", highlight=False)
+
+    def log(m: str) -> None:
+        err.print(f"[dim]{m}[/]", highlight=False)
+
     try:
         plan = verify_rewrites(task, candidates, work, lock_dir=Path(lock_dir) if lock_dir else None, log=log)
     except CheckError as e:
@@ -137,7 +141,8 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
                 fh.write(text)
             print(f"fixed {n} in {rel}", file=sys.stderr)
     kept = sum(d.kept for d in plan.decisions)
-    print(f"{kept} of {len(plan.decisions)} zero-init rewrite(s) kept after {plan.evaluations} check(s)", file=sys.stderr)
+    print(f"{kept} of {len(plan.decisions)} zero-init rewrite(s) kept after {plan.evaluations} check(s)",
+          file=sys.stderr)
     return 0
 
 
@@ -307,13 +312,16 @@ def _contestant_spec(agent: str, model: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="perfagent", description="Propose performance edits, prove them safe, measure them, report the cost.")
+    p = argparse.ArgumentParser(prog="perfagent",
+                                description="Propose performance edits, prove them safe, measure them, "
+                                            "report the cost.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run the agent on one task")
     r.add_argument("task", help="a task file (TOML)")
     r.add_argument("--agent", default=OWN_AGENT, choices=AGENT_NAMES,
-                   help="perfagent: our loop (default); claude-code, codex, mini-swe-agent: that CLI, sealed and metered")
+                   help="perfagent: our loop (default); claude-code, codex, mini-swe-agent: that CLI, "
+                        "sealed and metered")
     r.add_argument("--model", default=None,
                    help="perfagent: rules (the default: offline, no API key) | anthropic[:MODEL] (default model "
                         "claude-sonnet-4-6) | openai:MODEL | replay:TRAJECTORY.jsonl; an external agent: its model "
@@ -349,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("path", nargs="?", default="tasks",
                    help="a task file, a task-set file or a directory of tasks (default: tasks)")
     t.set_defaults(func=cmd_tasks)
-    c = sub.add_parser("check", help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
+    c = sub.add_parser("check",
+                       help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
     c.add_argument("task", help="a task file (TOML)")
     what = c.add_mutually_exclusive_group(required=True)
     what.add_argument("--patch", help="a unified diff against the task's base")
@@ -366,11 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the tests under compute-sanitizer --tool initcheck (uninitialised device reads)")
     c.add_argument("--reference", action="store_true", help="also measure the task's reference patch")
     c.add_argument("--seed", type=int, default=None, help="seed for the run order and the bootstrap")
-    c.add_argument("--lock-dir", default=None, help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
+    c.add_argument("--lock-dir", default=None,
+                   help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
     c.set_defaults(func=cmd_check)
     b = sub.add_parser("batch", help="run a task set x models x samples in parallel; resumable; summarised")
     b.add_argument("set", nargs="?", help="a task-set file or a directory of tasks (with --resume: the run's own)")
-    b.add_argument("--models", default=None, help="comma-separated specs: our loop's models, or <agent>:<model> (default: rules)")
+    b.add_argument("--models", default=None,
+                   help="comma-separated specs: our loop's models, or <agent>:<model> (default: rules)")
     b.add_argument("--agent", action=_Contestant, dest="contestants", metavar="NAME", choices=AGENT_NAMES,
                    help="one more contestant (repeatable); the --model after it is its model")
     b.add_argument("--model", action=_Contestant, dest="contestants", metavar="MODEL",

@@ -173,7 +173,8 @@ def make_patch(src: Path, tmp_path: Path, edits: dict[str, tuple[str, str] | str
     return diff
 
 
-SAFE = {"pkg/buffers.py": ("buf = torch.zeros(src.shape, dtype=src.dtype)", "buf = torch.empty(src.shape, dtype=src.dtype)")}
+SAFE = {"pkg/buffers.py": ("buf = torch.zeros(src.shape, dtype=src.dtype)",
+                           "buf = torch.empty(src.shape, dtype=src.dtype)")}
 UNSAFE = {"pkg/buffers.py": ("buf = torch.zeros(N)", "buf = torch.empty(N)")}
 
 
@@ -222,7 +223,8 @@ def evaluation(job: Job, seed: int) -> dict:
     plain = CommandRun(name="plain", command="python -m pytest -q tests", exit_code=0, passed=True, duration_s=2.1)
     poison_ok = job.verdict != "fail"
     poison = CommandRun(name="poison", command="python -m pytest -q tests", exit_code=0 if poison_ok else 1,
-                        passed=poison_ok, duration_s=2.4, failing_tests=[] if poison_ok else ["tests/test_graph.py::test_replay"])
+                        passed=poison_ok, duration_s=2.4,
+                        failing_tests=[] if poison_ok else ["tests/test_graph.py::test_replay"])
     changed = ["miniattn/flashattention_backend.py:11", *job.uncovered]
     ev = Evaluation(task_id=job.task, verdict=job.verdict,  # type: ignore[arg-type]
                     reasons=[] if job.verdict == "pass" else [f"the run is {job.verdict}"],

@@ -21,7 +21,8 @@ def test_bundled_tasks_validate():
 
 
 def test_broken_task_file_is_one_line_exit_2(tmp_path):
-    (tmp_path / "bad.toml").write_text('id = "x"\nrepo = "."\nprompt = "p"\n[correctness]\ncommand = "true"\nturbo = 1\n')
+    (tmp_path / "bad.toml").write_text('id = "x"\nrepo = "."\nprompt = "p"\n'
+                                       '[correctness]\ncommand = "true"\nturbo = 1\n')
     res = perfagent("tasks", str(tmp_path / "bad.toml"), cwd=tmp_path)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr + res.stdout

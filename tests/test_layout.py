@@ -186,5 +186,6 @@ def test_the_private_import_finder_finds_relative_and_absolute_ones(tmp_path):
     (pkg / "env" / "warm.py").write_text("from agent.env.sandbox import __all__, _x\n"
                                          "def f():\n    from .sandbox import _x as y\n")
     (pkg / "cli.py").write_text("import agent.env._hidden\nfrom agent.env import sandbox\n")
-    assert private_imports(pkg) == ["agent.cli imports agent.env._hidden", "agent.env.warm imports _x from agent.env.sandbox",
+    assert private_imports(pkg) == ["agent.cli imports agent.env._hidden",
+                                    "agent.env.warm imports _x from agent.env.sandbox",
                                     "agent.env.warm imports _x from agent.env.sandbox"]

@@ -131,7 +131,8 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("target")
     jobs, info = {}, {}
     for poison in ("plain", "env"):
-        jobs[f"original-{poison}"] = (copy_target(base / f"original-{poison}"), None if poison == "plain" else poison, ["-rs"])
+        jobs[f"original-{poison}"] = (copy_target(base / f"original-{poison}"),
+                                      None if poison == "plain" else poison, ["-rs"])
     # the harness poisons through a sitecustomize; the target's own switch is checked by the
     # original-env run (its test_poison_mode_fills_uninitialised_memory runs only then)
     repo = copy_target(base / "empty-sitecustomize")

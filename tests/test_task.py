@@ -84,7 +84,8 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 def test_plain_folder_only_allows_head(tmp_path):
     (tmp_path / "plain").mkdir()
-    f = write(tmp_path / "t.toml", GOOD.replace('repo = "src"', 'repo = "plain"').replace('base = "HEAD"', 'base = "v1"'))
+    f = write(tmp_path / "t.toml",
+              GOOD.replace('repo = "src"', 'repo = "plain"').replace('base = "HEAD"', 'base = "v1"'))
     with pytest.raises(TaskError, match="base: .*not a git repository"):
         check_task_base(load_task(f))
 
@@ -108,7 +109,8 @@ def test_task_sets_file_and_directory(tmp_path, small_repo):
 def test_every_validation_error_is_listed_on_one_line(tmp_path, small_repo):
     """Five mistakes in one file: all five named (not "1 of 5"), each FILE: FIELD: problem."""
     text = (GOOD.replace('id = "t1"', 'id = "has space"').replace('focus = ["pkg/mod.py"]', 'focus = "pkg/mod.py"')
-            .replace('command = "python -m pytest -q tests"', '').replace('title = "demo"', 'title = "demo"\ncolour = "red"')
+            .replace('command = "python -m pytest -q tests"', '')
+            .replace('title = "demo"', 'title = "demo"\ncolour = "red"')
             + '[budget]\nmax_turns = 0\n')
     f = write(tmp_path / "tasks" / "bad.toml", text)
     with pytest.raises(TaskError) as exc:

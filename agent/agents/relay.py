@@ -273,7 +273,8 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                 parsed["stream_options"] = {**(parsed.get("stream_options") or {}), "include_usage": True}
                 body = json.dumps(parsed).encode()  # so the stream ends with the usage it is metered by
             relay.record({"event": "request", "id": rid, "method": self.command, "path": route, "body": parsed})
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in NOT_FORWARDED["request"] | SECRET_HEADERS}
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in NOT_FORWARDED["request"] | SECRET_HEADERS}
             headers["accept-encoding"] = "identity"
             if upstream.api_key:
                 if upstream.provider == "anthropic":

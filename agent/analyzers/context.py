@@ -177,7 +177,8 @@ class ScopedVisitor(cst.BatchableCSTVisitor):
         per_step = name in self.ctx.facts.per_step
         self.functions.append(node)
         self._per_step_fn.append(per_step)
-        self._setup_fn.append(not per_step and bool(self.ctx.setup_re.search(name) or self.ctx.one_time_re.search(name)))
+        self._setup_fn.append(not per_step and bool(self.ctx.setup_re.search(name)
+                                                    or self.ctx.one_time_re.search(name)))
         self._saved_loops.append(self._loops)
         self._loops = 0  # a def inside a loop body does not run per iteration by itself
 

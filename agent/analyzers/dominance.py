@@ -53,7 +53,8 @@ def unknown(ctx: ModuleContext, alloc: Alloc, uses: list[Write]) -> str:
             w = early[0]
             return (f"read by `{w.function}`, which `{alloc.function}` calls, before anything in that call chain "
                     f"writes it: {_at(ctx, w)}")
-    reasons = [f"read in `{r.function}` before any write seen there: {_at(ctx, r)}" for r in _unguarded_reads(ctx, uses)]
+    reasons = [f"read in `{r.function}` before any write seen there: {_at(ctx, r)}"
+               for r in _unguarded_reads(ctx, uses)]
     full = [w for w in writes if w.full]
     here = [w for w in full if w.function == alloc.function]
     if here:

@@ -13,7 +13,8 @@ import libcst as cst
 from .context import ModuleContext, is_literal_true, kwarg
 
 # zero-filled factory -> its uninitialised twin (module functions and tensor methods)
-_ZERO_FUNCS = {"torch.zeros": "empty", "torch.zeros_like": "empty_like", "torch.full": "empty", "torch.full_like": "empty_like"}
+_ZERO_FUNCS = {"torch.zeros": "empty", "torch.zeros_like": "empty_like", "torch.full": "empty",
+               "torch.full_like": "empty_like"}
 _ZERO_METHODS = {"new_zeros": "new_empty", "new_full": "new_empty"}
 _EMPTY_FUNCS = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
 _EMPTY_METHODS = {"new_empty", "new_empty_strided"}

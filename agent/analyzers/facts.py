@@ -2,7 +2,8 @@
 
 Import aliases, which functions run per step (call graph), each function's parameters,
 attributes the module assigns torch tensors to (and those it only assigns host values: CPU
-tensors, NumPy arrays), and parameters each function uses like tensors. One traversal collects the raw material; the rest is plain dictionary work.
+tensors, NumPy arrays), and parameters each function uses like tensors. One traversal collects the raw
+material; the rest is plain dictionary work.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ class _Raw(cst.CSTVisitor):
         self.calls.setdefault(name, set())
         self.params[id(node)] = frozenset(params)
         self.uses[id(node)] = [(x.name.value, None) for x in (*p.posonly_params, *p.params, *p.kwonly_params)
-                               if x.annotation is not None and _TENSOR_ANNOTATION.search(self.render(x.annotation.annotation))]
+                               if x.annotation is not None
+                               and _TENSOR_ANNOTATION.search(self.render(x.annotation.annotation))]
         self.stack.append(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
@@ -182,7 +184,8 @@ class _Raw(cst.CSTVisitor):
         func = node.func
         if isinstance(func, cst.Name):
             self.calls[fn.name.value].add(func.value)
-        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        elif (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+              and func.value.value in ("self", "cls")):
             self.calls[fn.name.value].add(func.attr.value)
         first = node.args[0].value if node.args and node.args[0].keyword is None else None
         if isinstance(first, cst.Name):

@@ -22,11 +22,16 @@ PARSE_ERROR = "parse-error"
 ANALYZER_ERROR = "analyzer-error"
 
 RULES: dict[str, str] = {
-    ZERO_INIT: "torch.zeros/zeros_like/new_zeros/full(..., 0) buffer that may be fully written before it is read: torch.empty skips the memset",
-    PREFIX_ZERO: "a write that relies on a buffer's initial zeros: skips element 0 (buf[1:...]), accumulates (+=, add_) or scatters",
-    HOST_SYNC: ".item()/.tolist()/.cpu()/.numpy()/bool()/int()/float() on a tensor in per-step code stalls the host on the device",
-    PER_STEP_ALLOC: "torch.arange/tensor/zeros/ones/empty/full or F.pad(torch.cumsum(...)) allocates on every step; reuse a preallocated buffer",
-    TENSOR_FROM_LIST: "torch.tensor(python list, device=...) in per-step code copies from pageable memory synchronously",
+    ZERO_INIT: ("torch.zeros/zeros_like/new_zeros/full(..., 0) buffer that may be fully written before it is read: "
+                "torch.empty skips the memset"),
+    PREFIX_ZERO: ("a write that relies on a buffer's initial zeros: skips element 0 (buf[1:...]), accumulates "
+                  "(+=, add_) or scatters"),
+    HOST_SYNC: (".item()/.tolist()/.cpu()/.numpy()/bool()/int()/float() on a tensor in per-step code stalls the host "
+                "on the device"),
+    PER_STEP_ALLOC: ("torch.arange/tensor/zeros/ones/empty/full or F.pad(torch.cumsum(...)) allocates on every step; "
+                     "reuse a preallocated buffer"),
+    TENSOR_FROM_LIST: ("torch.tensor(python list, device=...) in per-step code copies from pageable memory "
+                       "synchronously"),
     LOOP_TENSOR: "a Python for loop builds a tensor element by element (t[i] = ... or list.append then torch.tensor)",
     PARSE_ERROR: "the file could not be parsed, so no rule ran on it",
     ANALYZER_ERROR: "an analyzer failed on this file (a bug in perfagent); other files are unaffected",

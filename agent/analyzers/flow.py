@@ -32,27 +32,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .context import (
-    ModuleContext,
-    is_literal_true,
-    kwarg,
-    method_name,
-    positional,
-    run_visitors,
-    string_key,
-)
+from .context import ModuleContext, is_literal_true, kwarg, method_name, positional, run_visitors, string_key
 from .factories import Factory, classify
 from .facts import returns_tensor
-from .refs import (
-    VIEW_METHODS,
-    Ref,
-    key_element,
-    literal_int,
-    overlaps,
-    path_of,
-    resolve,
-    write_target,
-)
+from .refs import VIEW_METHODS, Ref, key_element, literal_int, overlaps, path_of, resolve, write_target
 from .tensors import TENSOR_METHODS, TensorVisitor
 
 # Methods whose result holds the same values as the receiver: `torch.zeros(n).to(dev)` is still zeros.
@@ -461,7 +444,8 @@ class FlowVisitor(TensorVisitor):
         """An earlier write in a block enclosing this one covers every element this slice skips."""
         base = target
         while isinstance(base, cst.Subscript) or (
-                isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in VIEW_METHODS):
+                isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute)
+                and base.func.attr.value in VIEW_METHODS):
             base = base.value if isinstance(base, cst.Subscript) else base.func.value  # type: ignore[union-attr]
         ref = self.path(base)
         blocks = tuple(self._blocks)
@@ -506,7 +490,8 @@ class FlowVisitor(TensorVisitor):
 def covers_all(target: cst.BaseExpression) -> bool:
     """The expression names a whole buffer: no index, no bounded slice (`buf`, `buf[:]`, `buf[...]`, `buf.view(-1)`)."""
     while True:
-        if isinstance(target, cst.Subscript) and len(target.slice) == 1 and string_key(target.slice[0].slice) is not None:
+        if (isinstance(target, cst.Subscript) and len(target.slice) == 1
+                and string_key(target.slice[0].slice) is not None):
             return True  # self.meta["cu"]: a named entry, the buffer itself
         if isinstance(target, cst.Subscript):
             if not all(_whole(el.slice) for el in target.slice):

@@ -88,7 +88,8 @@ def write_target(expr: cst.BaseExpression, root_of: RootOf,
             if start not in (None, 0):
                 skips.append(str(start))
             expr = expr.func.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in VIEW_METHODS:
+        elif (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+              and expr.func.attr.value in VIEW_METHODS):
             expr = expr.func.value
         else:
             return path_of(expr, root_of, is_tensor), skips

@@ -32,7 +32,8 @@ def apply_rewrites(source: str, findings: Iterable[Finding]) -> str:
     if not wanted:
         return source
     if len({f.path for f in wanted}) > 1:
-        raise RewriteError("apply_rewrites takes the findings of one file; group them by path (as the rules policy and lint --fix do)")
+        raise RewriteError("apply_rewrites takes the findings of one file; group them by path "
+                           "(as the rules policy and lint --fix do)")
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:

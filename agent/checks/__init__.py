@@ -10,8 +10,8 @@ from agent.checks.checker import Checker
 from agent.checks.evidence import Evidence
 from agent.checks.grade import grade
 from agent.checks.sides import ALWAYS_PROTECTED, CheckError
-from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, Hygiene,
-                                 PerfResult, ReferenceResult)
+from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation,
+                                     Hygiene, PerfResult, ReferenceResult)
 from agent.checks.perf import FULL, QUICK, SamplingPolicy
 from agent.checks.render import evaluation_table, summarize
 from agent.checks.stats import Comparison, compare

@@ -13,7 +13,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import libcst as cst
 
@@ -21,7 +20,8 @@ from agent.analyzers.reads import read_sites
 from agent.checks import coverage, sanitizer
 from agent.checks import perf as perfmod
 from agent.checks.correctness import run_check
-from agent.checks.evaluation import CommandRun, Correctness, DiffStats, Hygiene, PerfResult, ReadSiteResult, ReferenceResult
+from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Hygiene, PerfResult, ReadSiteResult,
+                                     ReferenceResult)
 from agent.checks.evidence import Evidence
 from agent.checks.grade import decided
 from agent.checks.integrity import check_integrity, is_test_path
@@ -227,13 +227,15 @@ def _reference(p: PerfResult, samples: list[float]) -> ReferenceResult:
     return ReferenceResult(
         ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict, samples=samples,
         speedup=ref_speedup,
-        fraction_of_reference=fraction_of_reference(speedup(p.ratio, p.direction), ref_speedup) if both_faster else None)
+        fraction_of_reference=(fraction_of_reference(speedup(p.ratio, p.direction), ref_speedup) if both_faster
+                               else None))
 
 
 def diff_stats(ws: Workspace) -> DiffStats:
     ws.changed_files()  # stages everything
     files, ins, dels = [], 0, 0
-    for line in ws.repo.git.diff("--cached", "--numstat", "--no-ext-diff", "--no-textconv", ws.base_commit).splitlines():
+    for line in ws.repo.git.diff("--cached", "--numstat", "--no-ext-diff", "--no-textconv",
+                                 ws.base_commit).splitlines():
         a, d, path = line.split("\t", 2)
         files.append(path)
         ins += int(a) if a.isdigit() else 0

@@ -33,7 +33,8 @@ class CommandRun(BaseModel):
 
 class Correctness(BaseModel):
     plain: CommandRun
-    poison: CommandRun | None = None  # None when the task turns poison off (or, before 2026-11, the plain run failed on a GPU)
+    # None when the task turns poison off (or, before 2026-11, the plain run failed on a GPU)
+    poison: CommandRun | None = None
     poison_enabled: bool = True
 
 

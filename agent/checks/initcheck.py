@@ -100,8 +100,8 @@ def kernel_name(at: str) -> str:
 
 
 def parse(text: str) -> Findings:
-    """The reports in a run's output (among the tests' own lines), grouped by (kernel, kind) with counts. Not measured without
-    the tool's banner or its ERROR SUMMARY: the tool never attached, or was killed before the end."""
+    """The reports in a run's output (among the tests' own lines), grouped by (kernel, kind) with counts. Not
+    measured without the tool's banner or its ERROR SUMMARY: the tool never attached, or was killed before the end."""
     banners = _BANNER.findall(text)
     summaries = _SUMMARY.findall(text)
     if not banners or not summaries:

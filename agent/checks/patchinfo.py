@@ -90,7 +90,8 @@ def hygiene_problems(patch: str) -> list[str]:
             if m:
                 paths = [m.group(1), m.group(2)]
             elif line.startswith(_PATH_LINES):
-                paths = [_unquote(line.split(" ", 1)[1] if line.startswith(("--- ", "+++ ")) else line.split(" ", 2)[2])]
+                paths = [_unquote(line.split(" ", 1)[1] if line.startswith(("--- ", "+++ "))
+                                  else line.split(" ", 2)[2])]
             for p in paths:
                 problem = _path_problem(_unquote(p))
                 if problem:

@@ -79,7 +79,8 @@ class Sides:
             setup = self.setup(ws)
             if setup is not None and not setup.passed:
                 ws.cleanup()
-                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): {tail(setup.output_tail, 500)}")
+                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): "
+                                 f"{tail(setup.output_tail, 500)}")
             self._baseline = ws
         return self._baseline
 

@@ -182,7 +182,8 @@ def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None
     """A small, predictable environment, no secrets: first on PATH the task's own Python (`bin_dir`,
     see agent.env.interpreter) if it has one, else ours."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-    env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+    env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent),
+                                   os.environ.get("PATH", "/usr/bin:/bin")])
     if bin_dir is not None:
         env.pop("VIRTUAL_ENV", None)
         if (bin_dir.parent / "pyvenv.cfg").is_file():
@@ -263,7 +264,8 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
 
 
 def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
-                env: dict[str, str], limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
+                env: dict[str, str], limits: ResourceLimits, timeout_s: float,
+                seccomp: tuple[int, ...] = ()) -> list[str]:
     """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":

@@ -22,15 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.env.sandbox import (
-    DEFAULT_MAX_OUTPUT,
-    CommandResult,
-    ResourceLimits,
-    isolation,
-    real_paths,
-    sealed_argv,
-    seccomp_filter,
-)
+from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, isolation, real_paths, sealed_argv,
+                               seccomp_filter)
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180
@@ -115,7 +108,8 @@ class WarmPython:
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
         with seccomp_filter() as seccomp:
             argv = sealed_argv(command, self.cwd, isolation().mode, real_paths(writable),
-                               (ZYGOTE.parent, *real_paths(readable)), env, ResourceLimits.default(), lifetime_s, seccomp)
+                               (ZYGOTE.parent, *real_paths(readable)), env, ResourceLimits.default(), lifetime_s,
+                               seccomp)
             self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
                                          pass_fds=seccomp)

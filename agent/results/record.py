@@ -85,7 +85,8 @@ class JobRecord(BaseModel):
 
     @property
     def outcome(self) -> str:
-        """The job in one word, the way every table shows it: failed | skipped | <error subtype> | no change | <verdict>.
+        """The job in one word, the way every table shows it:
+        failed | skipped | <error subtype> | no change | <verdict>.
 
         An error subtype wins over the verdict: a run that hit max turns is "error_max_turns" even
         when the patch it last passed grades "pass".

@@ -63,8 +63,9 @@ class TokenUsage(BaseModel):
     def to_usage(self) -> Usage:
         """Back to priced token kinds; cache writes without a 5m/1h split count as 5-minute writes."""
         w1h = min(self.cache_creation.ephemeral_1h_input_tokens, self.cache_creation_input_tokens)
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cache_read=self.cache_read_input_tokens,
-                     cache_write_5m=self.cache_creation_input_tokens - w1h, cache_write_1h=w1h)
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+                     cache_read=self.cache_read_input_tokens, cache_write_5m=self.cache_creation_input_tokens - w1h,
+                     cache_write_1h=w1h)
 
 
 class ModelUsage(BaseModel):

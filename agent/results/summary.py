@@ -28,15 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models.base import Usage
-from agent.results.metrics import (
-    OPT_MIN_SPEEDUP,
-    OPT_THRESHOLD,
-    geometric_mean,
-    opt_at_k,
-    rate,
-    reaches_reference,
-    wall_span,
-)
+from agent.results.metrics import (OPT_MIN_SPEEDUP, OPT_THRESHOLD, geometric_mean, opt_at_k, rate, reaches_reference,
+                                   wall_span)
 from agent.results.record import JobRecord
 
 SCHEMA = "perfagent.batch-summary/3"  # 2: tokens are Usage's fields; 3: wall_s is real time, job_s the sum

@@ -12,16 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.checks.evaluation import Evaluation, PerfResult
-from agent.results.layout import (
-    ARTIFACTS,
-    EMITTED,
-    LEDGER,
-    REJECTED,
-    REPORT,
-    job_folders,
-    locate,
-    out_dir_of,
-)
+from agent.results.layout import ARTIFACTS, EMITTED, LEDGER, REJECTED, REPORT, job_folders, locate, out_dir_of
 from agent.results.load import job_identity, load_run, trajectory_model
 from agent.results.record import JobRecord
 from agent.results.report import AgentRun, Report, ReportError, read_report

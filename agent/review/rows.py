@@ -20,13 +20,7 @@ from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
 from agent.models.base import Usage
-from agent.results.report import (
-    AgentRound,
-    AgentRun,
-    ModelUsage,
-    PermissionDenial,
-    Report,
-)
+from agent.results.report import AgentRound, AgentRun, ModelUsage, PermissionDenial, Report
 from agent.review.load import ARTIFACTS, PatchFile, RunView
 
 if TYPE_CHECKING:

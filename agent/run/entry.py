@@ -50,7 +50,8 @@ class RunRequest(BaseModel):
 
     task_file: str
     agent: str = OWN_AGENT  # perfagent (our loop) | claude-code | codex | mini-swe-agent
-    model: str = ""  # our loop: rules | anthropic[:M] | openai:M | replay:FILE (or "<agent>:<model>"); else the agent's model
+    # our loop: rules | anthropic[:M] | openai:M | replay:FILE (or "<agent>:<model>"); else the agent's model
+    model: str = ""
     options: RunOptions = RunOptions()
     run_id: str | None = None  # None: a new one
     job: str | None = None  # results sub-folder; None: the task id
@@ -71,8 +72,8 @@ def guarded(call: Callable[[], int]) -> int:
     except Exception as e:
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
-        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (PERFAGENT_DEBUG=1 shows the traceback)",
-                  highlight=False)
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
+                  "(PERFAGENT_DEBUG=1 shows the traceback)", highlight=False)
         return 1
 
 
@@ -183,6 +184,7 @@ def _print_summary(out: Console, result: RunResult) -> None:
     out.print(f"verdict: [bold]{ev.verdict if ev is not None else '-'}[/]", highlight=False)
     if perf is not None:
         out.print(f"perf {perf.metric}: ratio {perf.ratio or 0:.3f} "
-                  f"[{perf.ci_low or 0:.3f}, {perf.ci_high or 0:.3f}] p={perf.p_value if perf.p_value is not None else 1:.2g} "
+                  f"[{perf.ci_low or 0:.3f}, {perf.ci_high or 0:.3f}] "
+                  f"p={perf.p_value if perf.p_value is not None else 1:.2g} "
                   f"-> {perf.verdict}", highlight=False)
     out.print(f"patch:  {result.paths.patch}\nreport: {result.paths.report}", highlight=False)

@@ -80,7 +80,8 @@ def run_external(
     kept = paths.report.parent / "agent"
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
-    relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-", dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
+    relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-",
+                                      dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
     checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
     candidates = Candidates(checker, paths.checks, on_event)
     meter = Meter(prices, max_cost_usd=limits.max_cost_usd, deadline=start + limits.timeout_s)
@@ -184,8 +185,9 @@ def _session_end(agent: ExternalAgent, result: CommandResult, said: AgentResult,
     if meter.stop_reason == "time" or result.timed_out:
         return TimedOut(limits.timeout_s)
     if result.exit_code != 0:
-        return AgentFailed(agent.name, f"exited with code {result.exit_code}: "
-                                       f"{said.error or _last_line(stderr) or _last_line(result.output) or 'no output'}")
+        return AgentFailed(agent.name,
+                           f"exited with code {result.exit_code}: "
+                           f"{said.error or _last_line(stderr) or _last_line(result.output) or 'no output'}")
     if said.error:
         return AgentFailed(agent.name, said.error)
     return _Finished(said.claim)

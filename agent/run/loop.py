@@ -18,18 +18,8 @@ from agent.models.base import Deadline, Model, ModelError, Reply, ToolCall, Usag
 from agent.models.budget import Spend
 from agent.models.pricing import PriceTable
 from agent.options import Limits
-from agent.run.exits import (
-    Interrupted,
-    MaxTurns,
-    ModelFailed,
-    OverBudget,
-    RunEnded,
-    RunExit,
-    StoppedWithoutSubmitting,
-    Submitted,
-    TimedOut,
-    as_interrupted,
-)
+from agent.run.exits import (Interrupted, MaxTurns, ModelFailed, OverBudget, RunEnded, RunExit,
+                             StoppedWithoutSubmitting, Submitted, TimedOut, as_interrupted)
 from agent.run.prompts import NUDGE, system_prompt
 from agent.run.tools import Toolbox
 from agent.task import Task

@@ -39,7 +39,8 @@ def make_model(
     if provider == "anthropic":
         from agent.models.anthropic import AnthropicModel
 
-        return AnthropicModel(name or DEFAULT_ANTHROPIC_MODEL, base_url=base_url, stream=stream, max_retries=max_retries)
+        return AnthropicModel(name or DEFAULT_ANTHROPIC_MODEL, base_url=base_url, stream=stream,
+                              max_retries=max_retries)
     if provider == "openai":
         if not name:
             raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")

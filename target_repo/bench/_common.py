@@ -191,7 +191,8 @@ class BenchWorld:
             kw["spec_info"] = SpecInfo(num_draft_tokens=n_new)
         elif mode == "extend":
             kw.update(extend_seq_lens=torch.tensor(ext, dtype=torch.int32, device=self.device),
-                      extend_prefix_lens=torch.tensor([s - n_new for s in seq_lens], dtype=torch.int32, device=self.device),
+                      extend_prefix_lens=torch.tensor([s - n_new for s in seq_lens], dtype=torch.int32,
+                                                      device=self.device),
                       extend_seq_lens_cpu=ext, extend_prefix_lens_cpu=[s - n_new for s in seq_lens])
         if be.is_encoder_decoder:
             kw.update(encoder_lens=torch.tensor(enc, dtype=torch.int32, device=self.device), encoder_lens_cpu=enc)

@@ -32,7 +32,8 @@ def main():
             backend.__dict__.pop(name, None)
 
     times = time_ms(
-        lambda: backend.init_cuda_graph_state(MAX_BS, MAX_BS * 8), args.repeats, args.warmup, args.device, setup=drop_state
+        lambda: backend.init_cuda_graph_state(MAX_BS, MAX_BS * 8), args.repeats, args.warmup, args.device,
+        setup=drop_state,
     )
     emit("init_ms", times)
 

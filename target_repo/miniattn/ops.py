@@ -111,8 +111,10 @@ def flash_attn_with_kvcache(
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     if _use_flash(q):
-        return _flash(q, k_cache, v_cache, page_table, cu_seqlens_q, cache_seqlens, max_seqlen_q, causal, softmax_scale, return_softmax_lse)
-    return _paged_attention_torch(q, k_cache, v_cache, page_table, cu_seqlens_q, cache_seqlens, causal, softmax_scale, return_softmax_lse)
+        return _flash(q, k_cache, v_cache, page_table, cu_seqlens_q, cache_seqlens, max_seqlen_q, causal, softmax_scale,
+                      return_softmax_lse)
+    return _paged_attention_torch(q, k_cache, v_cache, page_table, cu_seqlens_q, cache_seqlens, causal, softmax_scale,
+                                  return_softmax_lse)
 
 
 def flash_attn_varlen_func(

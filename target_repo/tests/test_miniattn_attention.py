@@ -65,8 +65,10 @@ def test_flash_attn_matches_torch_fallback(causal, monkeypatch):
     seqlens = torch.tensor([5, 17, 32], dtype=torch.int32, device=dev)
     cu_q = torch.tensor([0, 1, 4, 6], dtype=torch.int32, device=dev)
     q = torch.randn(6, 4, 64, device=dev, dtype=dtype)
-    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal, return_softmax_lse=True)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal,
+                                       return_softmax_lse=True)
     monkeypatch.setenv("MINIATTN_DISABLE_FLASH", "1")
-    ref, ref_lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal, return_softmax_lse=True)
+    ref, ref_lse = flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, page_table, cu_q, 3, causal=causal,
+                                           return_softmax_lse=True)
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(lse, ref_lse, rtol=1e-2, atol=1e-2)

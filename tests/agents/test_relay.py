@@ -11,15 +11,7 @@ import openai
 import pytest
 from fakeserver import reply, tool_call
 
-from agent.agents.relay import (
-    PLACEHOLDER_KEY,
-    Meter,
-    Relay,
-    Upstream,
-    bridge_command,
-    metered_usage,
-    sse_events,
-)
+from agent.agents.relay import PLACEHOLDER_KEY, Meter, Relay, Upstream, bridge_command, metered_usage, sse_events
 from agent.env.sandbox import base_env, isolation, run_command
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
@@ -198,7 +190,8 @@ def test_usage_is_read_from_every_wire_format():
     assert metered_usage("openai", "/v1/responses", None, responses) == (
         "gpt-5", Usage(input_tokens=60, output_tokens=9, cache_read=40))
     chat = {"model": "gpt-4o", "usage": {"prompt_tokens": 50, "completion_tokens": 5}}
-    assert metered_usage("openai", "/v1/chat/completions", chat, []) == ("gpt-4o", Usage(input_tokens=50, output_tokens=5))
+    assert metered_usage("openai", "/v1/chat/completions", chat, []) == ("gpt-4o",
+                                                                         Usage(input_tokens=50, output_tokens=5))
     assert metered_usage("anthropic", "/v1/messages", {"error": "x"}, []) is None
 
 

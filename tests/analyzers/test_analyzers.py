@@ -512,7 +512,8 @@ def test_json_and_table_outputs():
 
 def test_unified_diff_of_a_single_rewrite_is_one_line():
     zero = [f for f in analyze_source(TRAPS, "t.py") if f.rule == "zero-init-buffer" and f.safe_to_rewrite]
-    diff = list(difflib.unified_diff(TRAPS.splitlines(), apply_rewrites(TRAPS, zero[:1]).splitlines(), lineterm="", n=0))
+    diff = list(difflib.unified_diff(TRAPS.splitlines(), apply_rewrites(TRAPS, zero[:1]).splitlines(), lineterm="",
+                                     n=0))
     assert [d for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
         '-        self.positions = torch.full((max_bs,), 0, device=self.device)  # <zero:positions>',
         '+        self.positions = torch.empty((max_bs,), dtype=torch.int64, device=self.device)  # <zero:positions>',

@@ -34,8 +34,8 @@ REF = """diff --git a/mod.py b/mod.py
 @@ -1,4 +1,4 @@
 -COST = 10.0
 +COST = 4.0
- 
- 
+\x20
+\x20
  def f():
 """
 TASK = '''id = "{id}"
@@ -139,7 +139,8 @@ def test_expand_jobs(project):
 def test_only_a_providers_api_error_is_a_failed_job():
     api_down = Report(subtype="error_during_execution", result="model error: overloaded", modelUsage={})
     assert is_retryable(api_down) == "model error: overloaded"
-    replay_ran_out = api_down.model_copy(update={"modelUsage": {"replay": {}}})  # deterministic: retrying changes nothing
+    # deterministic: retrying changes nothing
+    replay_ran_out = api_down.model_copy(update={"modelUsage": {"replay": {}}})
     assert is_retryable(replay_ran_out) is None
     assert is_retryable(Report(subtype="error_max_turns", result="stopped")) is None
     interrupted = Report(subtype="error_during_execution", result="interrupted by SIGTERM", modelUsage={"replay": {}})
@@ -361,7 +362,8 @@ class ScriptedExecutor(StubExecutor):
             on_start(j, None)
             end = self.ends[j.task]
             empty = end == "no-change"
-            job = Job(j.task, j.model, j.sample, speedup=None if empty else 1.6, verdict="no-change" if empty else "pass")
+            job = Job(j.task, j.model, j.sample, speedup=None if empty else 1.6,
+                      verdict="no-change" if empty else "pass")
             report = write_job(self.out_dir, self.run_id, job, key=j.key)
             path = self.out_dir / "results" / self.run_id / j.key / "report.json"
             patch = self.out_dir / "patches" / self.run_id / j.key / "model_patch.diff"

@@ -82,7 +82,8 @@ def make_sides(tmp: Path) -> dict[str, Path]:
 # added at the top of the measured function (the effect is then a slowdown of the copy, i.e. a
 # speedup of the baseline over it; the rules below see the faster side as the "candidate").
 TASK_BENCH, TASK_METRIC = "python bench/bench_graph_init.py", "init_ms"
-TASK_FILE, TASK_DEF = "miniattn/flashattention_backend.py", "    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:\n"
+TASK_FILE, TASK_DEF = ("miniattn/flashattention_backend.py",
+                       "    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:\n")
 
 
 def make_task_sides(tmp: Path) -> dict[str, Path]:
@@ -243,7 +244,8 @@ def main() -> None:
             rows.append((truth, rule, rate, wilson(k, args.trials), dict(counts),
                          f"{np.mean(pairs):.1f}" if rule == "ours" else ("5" if rule == "GSO" else "20+3")))
 
-    print(f"\n{args.trials} trials per row, {mode} bench processes, load={args.load} busy processes, min_effect={args.min_effect}, "
+    print(f"\n{args.trials} trials per row, {mode} bench processes, load={args.load} busy processes, "
+          f"min_effect={args.min_effect}, "
           f"recorded in {wall:.0f}s; A/A paired log-ratio sd {np.std(np.log(values['aa']) - np.log(b), ddof=1):.3f}")
     print(f"{'truth':<5} {'rule':<9} {'rate':>6} {'95% CI':>16} {'pairs':>6}  verdicts")
     for truth, rule, rate, ci, counts, pairs_s in rows:

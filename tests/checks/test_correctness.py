@@ -132,7 +132,8 @@ def test_hygiene_problems_of_raw_patches():
     assert hygiene_problems(ok) == []  # "--- " inside a hunk is content, not a header
     assert hygiene_problems("") == []
     assert "absolute" in hygiene_problems("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n")[0]
-    link = "diff --git a/l b/l\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n"
+    link = ("diff --git a/l b/l\nnew file mode 120000\nindex 0000000..1111111\n"
+            "--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n")
     assert "symbolic link" in hygiene_problems(link)[0]
     assert "inside .git" in hygiene_problems("--- a/.git/config\n+++ b/.git/config\n@@ -1 +1 @@\n-a\n+b\n")[0]
     assert "binary" in hygiene_problems("diff --git a/a.png b/a.png\nBinary files a/a.png and b/a.png differ\n")[0]
@@ -158,7 +159,8 @@ def test_coverage_folds_multiline_statements_and_skips_non_code(tmp_path):
 def test_failing_test_ids_from_pytest_output():
     out = ("F.E\nFAILED tests/test_a.py::test_x - assert 1 == 2\nERROR tests/test_b.py::test_y[cpu-1] - Runtime\n"
            "tests/test_c.py::test_z FAILED\nFAILED tests/test_a.py::test_x - again\n2 failed\n")
-    assert failing_tests(out) == ["tests/test_a.py::test_x", "tests/test_b.py::test_y[cpu-1]", "tests/test_c.py::test_z"]
+    assert failing_tests(out) == ["tests/test_a.py::test_x", "tests/test_b.py::test_y[cpu-1]",
+                                  "tests/test_c.py::test_z"]
 
 
 def test_failing_modes_from_any_test_runner():
@@ -314,8 +316,10 @@ def test_a_patch_that_rewires_test_collection_is_refused_before_anything_runs(tm
 
 def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_path):
     task, src = make_task(tmp_path, poison=False)
-    patch = make_patch(src, tmp_path, {"pkg/buffers.py": ("import torch\n", "import sys\nimport torch\n"
-                                                          "if 'pytest' in sys.modules:\n    torch.empty = torch.zeros\n")})
+    patch = make_patch(src, tmp_path, {"pkg/buffers.py": ("import torch\n",
+                                                          "import sys\nimport torch\n"
+                                                          "if 'pytest' in sys.modules:\n"
+                                                          "    torch.empty = torch.zeros\n")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
         ev = c.evaluate(patch, perf=False)
     assert ev.correctness.plain.passed and not ev.correctness.poison_enabled and ev.verdict == "suspicious"

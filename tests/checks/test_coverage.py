@@ -27,8 +27,8 @@ BOTH_CHANGED = """--- a/calc.py
  def add(a, b):
 -    return a + b
 +    return b + a
- 
- 
+\x20
+\x20
  def unused(a):
 -    return -a
 +    return 0 - a

@@ -69,8 +69,8 @@ command = "python -m pytest -q -x tests"
 poison = true
 ''')
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "COLUMNS": "200"}
-    res = subprocess.run([sys.executable, "-m", "agent.cli", "lint", str(repo / "miniattn/flashattention_backend.py"), "--fix",
-                          "--task", str(tmp_path / "task.toml"), "--rule", "zero-init-buffer"],
+    res = subprocess.run([sys.executable, "-m", "agent.cli", "lint", str(repo / "miniattn/flashattention_backend.py"),
+                          "--fix", "--task", str(tmp_path / "task.toml"), "--rule", "zero-init-buffer"],
                          cwd=tmp_path, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     rejected = [line for line in res.stderr.splitlines() if line.startswith("rejected")]

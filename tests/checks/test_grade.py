@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, Hygiene, InitcheckResult, PerfResult,
-                                     ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
+from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, Hygiene, InitcheckResult,
+                                     PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
 from agent.checks.evidence import Evidence, EvidenceError, load_recorded
 from agent.checks.grade import FINAL, RULES, grade
 from agent.checks.integrity import Flag, IntegrityResult
 from agent.task import TaskSpec
 
-SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD", "correctness": {"command": "pytest"},
+SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD",
+                                "correctness": {"command": "pytest"},
                                 "perf": {"command": "python bench.py", "metric": "ms", "max_speedup": 10}})
 STRENGTH = ["error", "no-change", "rejected", "fail", "unverified", "suspicious"]
 

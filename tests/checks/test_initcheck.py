@@ -116,7 +116,8 @@ def test_summaries_of_several_reports_add_up():
 
 
 @pytest.mark.parametrize("text, missing", [
-    ("========= COMPUTE-SANITIZER\n========= Uninitialized __global__ memory read of size 4 bytes\n", "no ERROR SUMMARY"),
+    ("========= COMPUTE-SANITIZER\n========= Uninitialized __global__ memory read of size 4 bytes\n",
+     "no ERROR SUMMARY"),
     ("ERROR SUMMARY: 0 errors\n", "no COMPUTE-SANITIZER banner"),
     ("", "no COMPUTE-SANITIZER banner and no ERROR SUMMARY"),
 ])

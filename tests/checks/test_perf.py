@@ -78,7 +78,8 @@ def test_sampling_stops_once_the_interval_is_narrower_than_the_minimum_effect():
     calls: list[str] = []
     spec = PerfSpec(command="x", metric="m", min_effect=0.05)
     s = sample({"baseline": Path("b"), "candidate": Path("c"), "reference": Path("r")}, spec,
-               SamplingPolicy(5, 15), seed=0, bench=fake_bench({"baseline": 10.0, "candidate": 10.0, "reference": 5.0}, calls))
+               SamplingPolicy(5, 15), seed=0,
+               bench=fake_bench({"baseline": 10.0, "candidate": 10.0, "reference": 5.0}, calls))
     assert len(s.values["candidate"]) == 5 and s.comparison.precise
     assert s.comparison.verdict == "no significant change" and s.comparison.stop_reason == "precise after 5 pairs"
     assert len(calls) == 3 * 6 and len(s.values["reference"]) == 5
@@ -128,7 +129,8 @@ def test_the_fraction_of_the_reference_is_given_only_for_a_significant_speedup(t
     with c:
         ev = c.evaluate(make_patch(src, tmp_path, FASTER), perf=True, reference=True)
     assert ev.perf.verdict == "faster" and ev.perf.stop_reason == f"significant after {ev.perf.n_pairs} pairs"
-    assert ev.perf.cv is not None and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs, looks=FULL.looks)
+    assert (ev.perf.cv is not None
+            and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs, looks=FULL.looks))
     assert ev.reference.fraction_of_reference == pytest.approx((ev.speedup - 1) / (ev.reference.speedup - 1))
     assert ev.reference.fraction_of_reference == pytest.approx(0.25, rel=0.05)
 
@@ -183,7 +185,8 @@ def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
     for _ in range(3):
         ev = checker.evaluate(same, perf=True)
         assert ev.verdict == "pass" and ev.perf.error is None, summarize(ev)
-        assert 5 <= ev.perf.n_pairs <= 20 and ev.perf.warmups_discarded == 1 and len(ev.perf.warmup_samples["baseline"]) == 1
+        assert (5 <= ev.perf.n_pairs <= 20 and ev.perf.warmups_discarded == 1
+                and len(ev.perf.warmup_samples["baseline"]) == 1)
         assert ev.perf.stop_reason and ev.perf.cv is not None, summarize(ev)
         # both sides' samples are children of one server, or (no bubblewrap) all fresh processes
         assert ev.perf.processes == ("forked from one warm server" if WarmPython.available() else "fresh processes")

@@ -15,11 +15,13 @@ from agent.task import TaskError, load_task
 from tests.helpers import make_repo
 
 # The venv's commands put a module into it that only the venv has; the test and the bench import it.
-MARK = "python -c \"import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'only_in_venv.py').write_text('WHO = 7')\""
+MARK = ("python -c \"import site, pathlib; "
+        "pathlib.Path(site.getsitepackages()[0], 'only_in_venv.py').write_text('WHO = 7')\"")
 FILES = {
     "lib.py": "def value():\n    return 1\n",
     "tests/check.py": "import only_in_venv, sys\nassert only_in_venv.WHO == 7\nprint(sys.prefix)\n",
-    "bench/run.py": ("import json, only_in_venv\nprint(json.dumps({'metric': 'ms', 'value': 1.0 + only_in_venv.WHO}))\n"),
+    "bench/run.py": ("import json, only_in_venv\n"
+                     "print(json.dumps({'metric': 'ms', 'value': 1.0 + only_in_venv.WHO}))\n"),
 }
 PATCH = "--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,2 @@\n def value():\n-    return 1\n+    return 2\n"
 

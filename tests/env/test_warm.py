@@ -28,7 +28,8 @@ def server(tmp_path):
 
 def test_parse_python_takes_plain_invocations_only():
     assert parse_python("python bench/b.py --n 3") == PythonCommand("python", ("bench/b.py", "--n", "3"), False)
-    assert parse_python("python3 -u -m pytest -q -x tests") == PythonCommand("python3", ("pytest", "-q", "-x", "tests"), True)
+    assert parse_python("python3 -u -m pytest -q -x tests") == PythonCommand("python3", ("pytest", "-q", "-x", "tests"),
+                                                                              True)
     assert parse_python("/opt/venv/bin/python3.11 b.py").interpreter == "/opt/venv/bin/python3.11"
     for cold in ("python -c 'import x'", "python b.py | tee log", "FOO=1 python b.py", "python b.py; rm -rf x",
                  "bash run.sh", "python", "python -X dev b.py", "python $(pwd)/b.py", "pytest -q"):

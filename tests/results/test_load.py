@@ -20,7 +20,8 @@ def test_commands_time_counts_each_grading_once(tmp_path):
     (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")
     report = {"type": "result", "evaluation": {**graded, "emitted": "best passing candidate", "warnings": []}}
     (tmp_path / "report.json").write_text(json.dumps(report))
-    assert commands_seconds(tmp_path, read_report(tmp_path / "report.json")) == 8.5  # the final evaluation is the logged full one
+    # the final evaluation is the logged full one
+    assert commands_seconds(tmp_path, read_report(tmp_path / "report.json")) == 8.5
     report["evaluation"]["duration_s"] = 30.0  # made after the loop: not in checks.json
     (tmp_path / "report.json").write_text(json.dumps(report))
     assert commands_seconds(tmp_path, read_report(tmp_path / "report.json")) == 8.5 + 30.0

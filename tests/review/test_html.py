@@ -228,7 +228,8 @@ def test_report_in_headless_chromium(batch, tmp_path):
         assert diff.get_attribute("open") is not None and body.is_displayed()
         assert "torch.empty(max_bs" in body.text
         added = body.find_element(By.CSS_SELECTOR, ".gi")  # pygments' inserted-line class, styled
-        assert added.value_of_css_property("color") != body.find_element(By.CSS_SELECTOR, ".gd").value_of_css_property("color")
+        assert (added.value_of_css_property("color")
+                != body.find_element(By.CSS_SELECTOR, ".gd").value_of_css_property("color"))
         checks = card.find_element(By.CSS_SELECTOR, "table.checks").text
         assert "poison run" in checks and "FAIL" in checks and "coverage of changed lines" in checks
         driver.execute_script("arguments[0].scrollIntoView()", card)

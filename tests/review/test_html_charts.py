@@ -259,10 +259,13 @@ def test_a_single_run_is_not_titled_batch(tmp_path):
 # -- one run: samples, ratio, time, edits ----------------------------------------------------------------
 # The rules policy's words today (agent.policies.rules._summary); the page reads the records beside them.
 RULES_SUMMARY = """rules policy: kept 2 rewrite(s), faster in a quick check
-- kept pkg/graph.py:10:22 self.cache_seqlens: no read before a write (sanitizer) and every read site run; passes the poisoned tests
+- kept pkg/graph.py:10:22 self.cache_seqlens: no read before a write (sanitizer) and every read site run; \
+passes the poisoned tests
 - kept pkg/graph.py:12:8 self.out: no read before a write (sanitizer) and every read site run; passes the poisoned tests
-- rejected pkg/graph.py:11:20 self.page_table: fails the checks: tests/test_graph.py::test_replay[decode-bs1] (static hazard: no write to it was found in this module)
-- rejected pkg/graph.py:14:9 self.cu_seqlens_k: read before written: read by aten.index at pkg/graph.py:30 in tests/test_graph.py::test_replay[verify-bs1]
+- rejected pkg/graph.py:11:20 self.page_table: fails the checks: tests/test_graph.py::test_replay[decode-bs1] \
+(static hazard: no write to it was found in this module)
+- rejected pkg/graph.py:14:9 self.cu_seqlens_k: read before written: read by aten.index at pkg/graph.py:30 in \
+tests/test_graph.py::test_replay[verify-bs1]
 - rejected pkg/other.py:3:1 self.pos<script>: fails the checks: tests with poisoned memory fail (exit 1)
 - rejected pkg/other.py:5:1 self.idx: read at line 9: no test runs it
 - rejected pkg/other.py:7:1 self.buf: fails the checks: changed lines no test executed: pkg/other.py:7

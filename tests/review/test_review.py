@@ -91,9 +91,11 @@ def test_corrupt_and_missing_reports_are_shown_as_such(tmp_path):
 
 @pytest.mark.parametrize("ledger", [True, False])
 @pytest.mark.parametrize("text", ["[1, 2]", '{"type": "result", "evaluation": "oops"}',
-                                  '{"type": "result", "evaluation": {"perf": [1]}}', '{"type": "result", "modelUsage": {"m": 1}}',
+                                  '{"type": "result", "evaluation": {"perf": [1]}}',
+                                  '{"type": "result", "modelUsage": {"m": 1}}',
                                   '{"type": "result", "evaluation": {"perf": {"baseline_samples": ["x"]}}}',
-                                  '{"type": "result", "evaluation": {"correctness": {"plain": {"passed": true, "duration_s": "slow"}}}}'])
+                                  '{"type": "result", "evaluation": '
+                                  '{"correctness": {"plain": {"passed": true, "duration_s": "slow"}}}}'])
 def test_valid_json_of_the_wrong_shape_is_corrupt_not_a_crash(tmp_path, text, ledger):
     run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", "rules", 0), Job("t", "rules", 1)])
     (run_dir / "t/rules/s0/report.json").write_text(text)

@@ -138,11 +138,14 @@ def test_signal_writes_report_and_best_patch_then_cleans_up(tmp_path, sig, grade
 def run_api_model(tmp_path, fake_server, provider: str, *, timeout: float):
     """`perfagent run` with an API model against the fake server: (process, seconds taken, report.json path)."""
     task, task_id = make_task(tmp_path)
-    model, keys = {"anthropic": ("anthropic:claude-sonnet-4-6", {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}),
-                   "openai": ("openai:qwen-test", {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake_server.openai_url})}[provider]
+    model, keys = {"anthropic": ("anthropic:claude-sonnet-4-6",
+                                 {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}),
+                   "openai": ("openai:qwen-test",
+                              {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake_server.openai_url})}[provider]
     start = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "agent.cli", "run", str(task), "--model", model, "--timeout", f"{timeout:g}",
-                          "--run-id", "r", "--out", str(tmp_path / "out"), "--quiet", "--allow-unsandboxed"],
+    res = subprocess.run([sys.executable, "-m", "agent.cli", "run", str(task), "--model", model,
+                          "--timeout", f"{timeout:g}", "--run-id", "r", "--out", str(tmp_path / "out"), "--quiet",
+                          "--allow-unsandboxed"],
                          cwd=tmp_path, env=env(tmp_path, **keys), capture_output=True, text=True, timeout=timeout + 90)
     return res, time.monotonic() - start, tmp_path / "out/results/r" / task_id / "report.json"
 

@@ -63,12 +63,14 @@ def session_script():
     ]
 
 
-@pytest.mark.parametrize("provider, stream", [("anthropic", False), ("anthropic", True), ("openai", False), ("openai", True)])
+@pytest.mark.parametrize("provider, stream",
+                         [("anthropic", False), ("anthropic", True), ("openai", False), ("openai", True)])
 def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     task, ws, tmp = setup
     fake_server.script(session_script())
     url = fake_server.url if provider == "anthropic" else fake_server.openai_url
-    model = make_model(f"{provider}:claude-sonnet-4-6" if provider == "anthropic" else "openai:gpt-4o", base_url=url, stream=stream)
+    model = make_model(f"{provider}:claude-sonnet-4-6" if provider == "anthropic" else "openai:gpt-4o", base_url=url,
+                       stream=stream)
     tools = Toolbox(ws, protected=task.spec.protected, run_checks=lambda perf: ToolResult("checks: pass"))
     traj = Trajectory(tmp / "trajectory.jsonl")
     out = run_loop(task, model, tools, limits=Limits.of(task), prices=load_prices(),
@@ -84,7 +86,8 @@ def test_session_to_submit_with_costs(setup, fake_server, provider, stream):
     records = [json.loads(line) for line in traj.path.read_text().splitlines()]
     kinds = [r["type"] for r in records]
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("response") == 4
-    assert [r["name"] for r in records if r["type"] == "tool_result"] == ["read_file", "edit_file", "run_checks", "submit"]
+    assert [r["name"] for r in records if r["type"] == "tool_result"] == ["read_file", "edit_file", "run_checks",
+                                                                          "submit"]
     # the model saw its tool results: the 2nd request carries the numbered file
     second = fake_server.requests[1].body["messages"]
     assert "return torch.zeros(4)" in json.dumps(second)
@@ -172,11 +175,12 @@ def test_replay_reapplies_the_edits(setup, fake_server, tmp_path):
     fake_server.script(session_script())
     model = make_model("anthropic:claude-sonnet-4-6", base_url=fake_server.url)
     traj = Trajectory(tmp / "recorded.jsonl")
-    run_loop(task, model, Toolbox(ws, run_checks=lambda perf: ToolResult("ok")), limits=Limits.of(task), prices=load_prices(),
-             grade_submission=grader(ws), trajectory=traj)
+    run_loop(task, model, Toolbox(ws, run_checks=lambda perf: ToolResult("ok")), limits=Limits.of(task),
+             prices=load_prices(), grade_submission=grader(ws), trajectory=traj)
     fresh = Workspace.create(task.repo, dest=tmp / "ws2")
-    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda perf: ToolResult("ok")), limits=Limits.of(task),
-                   prices=load_prices(), grade_submission=grader(fresh), trajectory=Trajectory(None))
+    out = run_loop(task, ReplayModel(traj.path), Toolbox(fresh, run_checks=lambda perf: ToolResult("ok")),
+                   limits=Limits.of(task), prices=load_prices(), grade_submission=grader(fresh),
+                   trajectory=Trajectory(None))
     assert out.subtype == "success" and out.num_turns == 4
     assert fresh.diff() == ws.diff() != ""
     assert out.total_cost_usd == 0.0

@@ -87,8 +87,8 @@ def test_run_refuses_a_name_that_leads_outside_out(tmp_path, project, flags):
 def test_batch_refuses_a_run_id_that_leads_outside_out(tmp_path, project, run_id):
     before = snapshot(tmp_path)
     for extra in (["--resume"], []):
-        res = perfagent(project, "batch", "t.toml", "--models", f"replay:{project / 'replay.jsonl'}", "--run-id", run_id,
-                        "--out", "out", "--quiet", *extra)
+        res = perfagent(project, "batch", "t.toml", "--models", f"replay:{project / 'replay.jsonl'}",
+                        "--run-id", run_id, "--out", "out", "--quiet", *extra)
         assert res.returncode == 2 and res.stderr.startswith("error: invalid run id"), res.stderr
         assert res.stderr.count("\n") == 1
     assert snapshot(tmp_path) == before

@@ -48,8 +48,9 @@ def script():
 def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server, stream):
     fake_server.script(script())
     tmp = task_file.parent
-    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp), "--quiet",
-            "--allow-unsandboxed"]  # whatever this machine's sandbox: test_unsandboxed_api_run_* covers the refusal
+    # --allow-unsandboxed: whatever this machine's sandbox; test_unsandboxed_api_run_* covers the refusal
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp),
+            "--quiet", "--allow-unsandboxed"]
     res = perfagent(args + (["--stream"] if stream else []), tmp,
                     ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
     assert res.returncode == 0, res.stderr
@@ -60,7 +61,8 @@ def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server,
     assert report["subtype"] == "success" and report["num_turns"] == 4
     assert report["result"] == "buf is fully written by copy_ before it is read"
     # costs are exactly what the server's usage figures imply at the table's prices (Sonnet 4.6: 3/15/3.75/0.30)
-    per_turn = (Decimal(1200) * 3 + Decimal(300) * 15 + Decimal(9000) * Decimal("0.30") + Decimal(1500) * Decimal("3.75"))
+    per_turn = (Decimal(1200) * 3 + Decimal(300) * 15 + Decimal(9000) * Decimal("0.30")
+                + Decimal(1500) * Decimal("3.75"))
     expected = float(per_turn * 4 / 10**6)
     assert report["total_cost_usd"] == expected
     mu = report["modelUsage"]["claude-sonnet-4-6"]
@@ -127,9 +129,11 @@ def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
     missing = json.loads(probe.stdout)
     assert missing, "the sandbox should be incomplete without bwrap"
     keys = {"PATH": path, "ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": fake_server.url}
-    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "u", "--out", str(tmp), "--quiet"]
+    args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "u", "--out", str(tmp),
+            "--quiet"]
     res = perfagent(args, tmp, COLUMNS="1000", **keys)
-    assert res.returncode == 2 and res.stderr.startswith("error: refusing to run anthropic:claude-sonnet-4-6 unsandboxed")
+    assert (res.returncode == 2
+            and res.stderr.startswith("error: refusing to run anthropic:claude-sonnet-4-6 unsandboxed"))
     assert "--allow-unsandboxed" in res.stderr and missing[0] in res.stderr and res.stderr.count("\n") == 1
     assert not (tmp / "results").exists() and not fake_server.requests
     batch = perfagent(["batch", str(task_file), "--models", "rules,anthropic:claude-sonnet-4-6", "--out", str(tmp),

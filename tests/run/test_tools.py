@@ -29,7 +29,8 @@ def test_tool_names_and_schemas_are_stable():
         assert set(t["input_schema"]["required"]) <= set(t["input_schema"]["properties"])
 
 
-@pytest.mark.parametrize("escape", ["../../etc/passwd", "/etc/passwd", "link.txt", "linkdir/secret.txt", "~/x", ".git/config"])
+@pytest.mark.parametrize("escape",
+                         ["../../etc/passwd", "/etc/passwd", "link.txt", "linkdir/secret.txt", "~/x", ".git/config"])
 def test_every_file_tool_refuses_escapes(box, escape):
     calls = {
         "list_files": {"path": escape},

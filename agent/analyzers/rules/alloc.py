@@ -54,15 +54,17 @@ class AllocRule(TensorVisitor):
         where = "in a loop" if self.in_loop else f"in per-step `{self.function}`"
         if qual in _PADS and _pads_cumsum(node, self.ctx):
             if PER_STEP_ALLOC in self.rules:
-                self._flag(PER_STEP_ALLOC, node, f"`F.pad(torch.cumsum(...))` allocates twice {where}; keep a preallocated "
-                           "buffer whose element 0 stays zero and write `torch.cumsum(x, 0, out=buf[1:n + 1])` into it")
+                self._flag(PER_STEP_ALLOC, node, f"`F.pad(torch.cumsum(...))` allocates twice {where}; keep a "
+                           "preallocated buffer whose element 0 stays zero and write "
+                           "`torch.cumsum(x, 0, out=buf[1:n + 1])` into it")
             return
         if _moves_to_device(node, self.ctx) and not _non_blocking(node):
             inner = node.func.value  # type: ignore[attr-defined]
             if isinstance(inner, cst.Call) and self._list_to_tensor(inner) and kwarg(inner, "device") is None:
                 if TENSOR_FROM_LIST in self.rules:
                     self._from_list.add(id(inner))
-                    self._flag(TENSOR_FROM_LIST, inner, _from_list_message(where, "`.to(device)` without non_blocking=True"))
+                    self._flag(TENSOR_FROM_LIST, inner,
+                               _from_list_message(where, "`.to(device)` without non_blocking=True"))
                 return
         if qual in ("torch.tensor", "torch.as_tensor") and self._list_to_tensor(node) and _to_device(node):
             if TENSOR_FROM_LIST in self.rules:

@@ -50,7 +50,8 @@ def zero_init_sites(ctx: ModuleContext, facts: BufferFacts | None = None) -> lis
         message = (f"`{a.factory.name}` zero-fills `{a.target}`; if every element is written before it is "
                    f"read, `{empty}` skips the memset")
         if proof is not None:
-            message += f" (it is: `{shorten(ctx.code(proof.node), 80)}` on line {ctx.start(proof.node)[0]} overwrites it first)"
+            message += (f" (it is: `{shorten(ctx.code(proof.node), 80)}` on line {ctx.start(proof.node)[0]} "
+                        "overwrites it first)")
         f = ctx.finding(ZERO_INIT, a.call, message, a.function, a.target, fixable=a.factory.fixable, safe=True,
                         hazard="; ".join(found) or None)
         seen[f.key] += 1
@@ -92,7 +93,8 @@ def _write_finding(ctx: ModuleContext, w: Write, linked: list[Alloc]) -> Finding
         for a in linked:
             line = ctx.start(a.call)[0]
             if a.factory.zero:
-                parts.append(f"relies on the zeros from `{a.factory.name}` for `{a.target}` (line {line}): keep it zero-filled")
+                parts.append(f"relies on the zeros from `{a.factory.name}` for `{a.target}` (line {line}): "
+                             "keep it zero-filled")
             else:
                 parts.append(f"but `{a.target}` is uninitialised `{a.factory.name}` (line {line}): it reads garbage")
         message = f"`{code}` {reason}; " + "; ".join(parts)

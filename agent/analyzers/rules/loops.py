@@ -93,8 +93,8 @@ class LoopRule(TensorVisitor):
             data = positional(node, 0) or kwarg(node, "data")
             if data is not None and isinstance(data.value, cst.Name) and data.value.value in self._grown[-1]:
                 name, loop = data.value.value, self._grown[-1][data.value.value]
-                message = (f"`{name}` is built element by element with .append in the Python loop at line {loop} and then "
-                           "converted: build the tensor with vectorised ops instead")
+                message = (f"`{name}` is built element by element with .append in the Python loop at line {loop} "
+                           "and then converted: build the tensor with vectorised ops instead")
                 self._found.append(self.ctx.finding(LOOP_TENSOR, node, message, self.function,
                                                       shorten(self.ctx.code(node))))
 
