@@ -3,8 +3,7 @@
 Configuration: the backend of an EAGLE target worker (topk 4, 8 draft tokens) for a model with chunked local
 attention (attention_chunk_size 8192), context length 8192, page size 1, CUDA-graph max batch size 32; the graph
 runner calls init_cuda_graph_state(max_bs * draft_tokens) = init_cuda_graph_state(256). With this configuration
-all 23 torch.zeros buffers of init_cuda_graph_state are allocated (seven int32 page tables of 256 x 8192, 56 MiB,
-plus small ones).
+all 23 torch.zeros buffers of init_cuda_graph_state are allocated (seven int32 page tables of 256 x 8192, 56 MiB, plus small ones).
 
 One process: the backend is built once, then each timed call is init_cuda_graph_state(256) on a backend whose
 previous buffers have been released (untimed), so every call allocates the same buffers from scratch. Large host

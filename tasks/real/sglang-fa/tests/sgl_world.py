@@ -304,14 +304,14 @@ def make_batch(world: World, bs: int) -> Batch:
             world.write_history(slots[:-1])
             reqs.append(r), lens.append(L), locs.append(slots[-1:]), positions.append(L - 1), enc.append(E)
             dec = rtt[r, E:E + L].long()
-            for li, kind in enumerate(sp.layer_kinds):
+            for l, kind in enumerate(sp.layer_kinds):
                 if kind == "cross":
-                    keys[li].append(rtt[r, :E].long())
+                    keys[l].append(rtt[r, :E].long())
                 elif kind == "local":
                     start = (L - 1) // sp.chunk * sp.chunk
-                    keys[li].append(dec[start:])
+                    keys[l].append(dec[start:])
                 else:
-                    keys[li].append(dec)
+                    keys[l].append(dec)
         n_tok, q_layers = bs, n_layers
     elif sp.mode == "verify":
         ndt = sp.draft_tokens
@@ -337,8 +337,8 @@ def make_batch(world: World, bs: int) -> Batch:
             prefix = rtt[r, :L].long()
             for t in range(ndt):
                 row_keys = torch.cat([prefix, draft[m[t]]])
-                for li in range(n_layers):
-                    keys[li].append(row_keys)
+                for l in range(n_layers):
+                    keys[l].append(row_keys)
         n_tok, q_layers = bs * ndt, n_layers
         spec_info = sg.EagleVerifyInput(
             draft_token=None, custom_mask=torch.cat(masks), positions=torch.tensor(positions, dtype=torch.int64),
@@ -442,15 +442,14 @@ class GraphRunner:
             capture_hidden_mode=sg.CaptureHiddenMode.FULL)
 
     def forward(self, fb, num_tokens):
-        for li, layer in enumerate(self.world.layers):
-            kind = " (cross)" if layer.is_cross_attention else " (local)" if layer.use_irope else ""
-            with Phase(f"layer {li}{kind}"):
-                q = self.q[li, :num_tokens]
+        for l, layer in enumerate(self.world.layers):
+            with Phase(f"layer {l}" + (" (cross)" if layer.is_cross_attention else " (local)" if layer.use_irope else "")):
+                q = self.q[l, :num_tokens]
                 if layer.is_cross_attention:
                     o = layer(q, None, None, fb)
                 else:
-                    o = layer(q, self.k[li, :num_tokens], self.v[li, :num_tokens], fb)
-                self.out[li, :num_tokens].copy_(o.view(num_tokens, -1))
+                    o = layer(q, self.k[l, :num_tokens], self.v[l, :num_tokens], fb)
+                self.out[l, :num_tokens].copy_(o.view(num_tokens, -1))
 
     def capture(self):
         for bs in reversed(self.capture_bs):
@@ -509,12 +508,12 @@ class GraphRunner:
             self.TAPE.check(tape)
             self.forward(fb, num_tokens)
             self.TAPE.stop()
-            for li, layer in enumerate(self.world.layers):
+            for l, layer in enumerate(self.world.layers):
                 ref = torch.stack([
-                    attention_reference(batch.q[li, row], self.world.kv.k_buffer[li], self.world.kv.v_buffer[li],
-                                        batch.keys[li][row], layer.scaling)
+                    attention_reference(batch.q[l, row], self.world.kv.k_buffer[l], self.world.kv.v_buffer[l],
+                                        batch.keys[l][row], layer.scaling)
                     for row in range(raw_num_token)])
-                compare(self.out[li, :raw_num_token], ref, f"layer {li}")
+                compare(self.out[l, :raw_num_token], ref, f"layer {l}")
         return self.out[:, :raw_num_token]
 
 

@@ -83,8 +83,7 @@ def flash_attn_with_kvcache(
             f"max_seqlen_q = {max_seqlen_q} < query length {q_lens[b]} of batch entry {b} ({KERNEL})")
     if cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1 or cache_seqlens.numel() != batch:
         raise KernelContractError(
-            f"cache_seqlens is {cache_seqlens.dtype} {tuple(cache_seqlens.shape)}, expected int32 ({batch},) "
-            f"({KERNEL})")
+            f"cache_seqlens is {cache_seqlens.dtype} {tuple(cache_seqlens.shape)}, expected int32 ({batch},) ({KERNEL})")
     if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch:
         raise KernelContractError(
             f"page_table is {page_table.dtype} {tuple(page_table.shape)}, expected int32 ({batch}, pages) ({KERNEL})")
@@ -101,8 +100,7 @@ def flash_attn_with_kvcache(
             if n_pages > reach:
                 raise KernelContractError(
                     f"cache_seqlens[{b}] = {n} needs {n_pages} pages, page_table row {b} reaches "
-                    f"{min(reach, page_table.shape[1])} (width {page_table.shape[1]}, page_size {page_size}) "
-                    f"({KERNEL})")
+                    f"{min(reach, page_table.shape[1])} (width {page_table.shape[1]}, page_size {page_size}) ({KERNEL})")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(d)
     left, right = window_size
