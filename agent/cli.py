@@ -111,7 +111,7 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
     from agent.checks.fixes import DEFAULT_PROTECTED, verify_rewrites
     from agent.util.globs import matches_any
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     candidates = [f for f in findings if f.rule == ZERO_INIT and f.fixable]
     if task is None:
         protected = sum(matches_any(f.path, DEFAULT_PROTECTED) for f in candidates)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import git
 
-from agent.checks import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, PerfResult,
-                          ReferenceResult, compare)
+from agent.checks import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation, Evidence,
+                          PerfResult, ReferenceResult, compare)
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
@@ -176,6 +176,38 @@ def make_patch(src: Path, tmp_path: Path, edits: dict[str, tuple[str, str] | str
 SAFE = {"pkg/buffers.py": ("buf = torch.zeros(src.shape, dtype=src.dtype)",
                            "buf = torch.empty(src.shape, dtype=src.dtype)")}
 UNSAFE = {"pkg/buffers.py": ("buf = torch.zeros(N)", "buf = torch.empty(N)")}
+
+
+class RecordedChecker:
+    """The grader seam: for tests of what happens above the checks (the loop, what a run emits), the
+    evidence on each diff is the test's to choose, and the real grade() judges it; nothing runs."""
+
+    def __init__(self, task, evidence):
+        self.task = task
+        self.evidence = evidence  # diff -> Evidence
+        self.patches: list[str] = []
+
+    def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evidence:
+        self.patches.append(patch)
+        return self.evidence(patch).model_copy(update={"task_id": self.task.id, "quick": quick})
+
+    def bin_dir(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def tiny_evidence(patch: str) -> Evidence:
+    """What the checks find on make_task's repo: UNSAFE's buffer is read before it is written."""
+    if not patch.strip():
+        return Evidence(changes=False)
+    plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=0.5)
+    poisoned = plain.model_copy(update={"name": "poison"})
+    if "+    buf = torch.empty(N)" in patch:
+        poisoned = poisoned.model_copy(update={"exit_code": 1, "passed": False,
+                                               "failing_tests": ["tests/test_buffers.py::test_half_ones"]})
+    return Evidence(correctness=Correctness(plain=plain, poison=poisoned), duration_s=1.0)
 
 
 # -- results folders in the shapes a run or a batch leaves ---------------------------------------------

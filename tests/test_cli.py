@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -83,6 +85,7 @@ def test_lint_fix_without_a_task_writes_nothing_and_says_what_verifies_it(tmp_pa
     assert "zero-init rewrite(s)" in line and "--task" in line and "protected" in line
 
 
+@pytest.mark.slow
 def test_lint_task_errors_are_one_line(tmp_path):
     repo = _copy_target_repo(tmp_path / "repo")
     task = tmp_path / "task.toml"
@@ -97,6 +100,7 @@ def test_lint_task_errors_are_one_line(tmp_path):
         assert res.stderr.strip().count("\n") == 0 and words in res.stderr, res.stderr
 
 
+@pytest.mark.slow
 def test_unknown_base_is_one_line_exit_2_wherever_the_task_is_used(tmp_path):
     """A task file is data; the base commit is checked by each command that uses the task, before it does anything."""
     (tmp_path / "plain").mkdir()

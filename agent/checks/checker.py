@@ -35,6 +35,10 @@ class Checker:
         """Grade `patch`. Raises PatchError if it does not apply."""
         return grade(self.collect(patch, quick=quick, perf=perf, reference=reference), self.task.spec)
 
+    def bin_dir(self) -> Path | None:
+        """The folder of the task's interpreter, first on the PATH of every command run for the task."""
+        return self.sides.interpreter().bin_dir
+
     def close(self) -> None:
         """Stop the warm interpreters and remove every workspace this checker made."""
         self.sides.close()

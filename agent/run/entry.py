@@ -59,8 +59,9 @@ class RunRequest(BaseModel):
 
 
 def guarded(call: Callable[[], int]) -> int:
-    """`call()`'s exit code; a user's error is one line and 2, an internal one a line and 1."""
-    err = Console(stderr=True)
+    """`call()`'s exit code; a user's error is one line and 2, an internal one a line and 1 (never
+    wrapped at the terminal's width: a script reading stderr gets the line whole)."""
+    err = Console(stderr=True, soft_wrap=True)
     try:
         return call()
     except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError, CheckError) as e:
@@ -112,7 +113,7 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         require_sandbox([agent_name], opts.allow_unsandboxed)
         label = f"{agent.name} · {agent.model}"
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # an error or warning is one line, however long
     with _signals_interrupt():
         if display == "log":
             result = run(on_event=EventLog(lambda line: print(line, flush=True)))

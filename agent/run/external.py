@@ -101,7 +101,7 @@ def run_external(
             upstream = Upstream.of(agent.provider, base_url)
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
-                            checker.sides.interpreter().bin_dir)
+                            checker.bin_dir())
             with Relay(upstream, meter, sealed.socket, log=lambda r: trajectory.add("relay", **r)):
                 why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
             outcome.end(why)

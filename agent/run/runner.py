@@ -125,15 +125,18 @@ def run_task(
     lock_dir: Path | None = None,
     keep_workspace: bool = False,
     on_event: Callable[[str, dict], None] = lambda kind, data: None,
+    checker: Checker | None = None,
 ) -> RunResult:
-    """Run the agent on `task` and write report.json, trajectory.jsonl, checks.json and the diff."""
+    """Run the agent on `task` and write report.json, trajectory.jsonl, checks.json and the diff.
+    `checker`: the grader seam (default: a real Checker of the task, closed with the run)."""
     if isinstance(model, str):
         model = make_model(model, base_url=base_url, stream=stream, task=task)
     limits = limits or Limits.of(task)
     paths = RunPaths.of(out_dir, run_id, job or task.id)
     session_id = str(uuid.uuid4())
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
-    checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
+    checker = checker or Checker(task, work / "checks", lock_dir=lock_dir,
+                                 log=lambda m: on_event("log", {"message": m}))
     candidates = Candidates(checker, paths.checks, on_event)
     start = time.monotonic()
     ws: Workspace | None = None
@@ -164,7 +167,7 @@ def run_task(
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
                             command_timeout_s=min(600.0, limits.timeout_s),
-                            env=base_env(bin_dir=checker.sides.interpreter().bin_dir))
+                            env=base_env(bin_dir=checker.bin_dir()))
             trajectory = Trajectory(paths.trajectory)
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)

@@ -63,6 +63,7 @@ def secret_key(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
 
 
+@pytest.mark.slow
 def test_seed_scenario_claim_rejected_by_the_poison_run(tmp_path, fake_server, secret_key):
     """The run that started perfagent: every zeros -> empty, claimed safe; our poisoned tests say otherwise."""
     from agent.task import load_task
@@ -88,6 +89,7 @@ def test_seed_scenario_claim_rejected_by_the_poison_run(tmp_path, fake_server, s
     assert SECRET not in (kept / "trajectory.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_cost_is_the_metered_usage_times_our_prices_to_the_last_digit(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
     fake_server.script([bash("sed -i 's/torch.zeros(src.shape/torch.empty(src.shape/' pkg/buffers.py"),
@@ -109,6 +111,7 @@ def test_cost_is_the_metered_usage_times_our_prices_to_the_last_digit(tmp_path, 
     assert "torch.empty(src.shape" in patch.read_text()
 
 
+@pytest.mark.slow
 def test_a_feedback_round_fixes_a_failing_change(tmp_path, fake_server, secret_key):
     """Round 1 also empties the buffer that relies on its zeros; the checks fail it; Claude Code is resumed
     with their findings and reverts that edit; round 2's change passes and is emitted."""
@@ -143,6 +146,7 @@ def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
     assert report.total_cost_usd == pytest.approx(1.20015)
 
 
+@pytest.mark.slow
 def test_a_hanging_provider_ends_in_a_timeout_with_a_report(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
     fake_server.script([hang(60)] * 5)
@@ -153,6 +157,7 @@ def test_a_hanging_provider_ends_in_a_timeout_with_a_report(tmp_path, fake_serve
     assert report.verdict == "no-change"
 
 
+@pytest.mark.slow
 def test_an_agent_that_fails_is_one_line_in_the_report(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
     fake_server.script([auth_error()] * 5)
@@ -162,6 +167,7 @@ def test_an_agent_that_fails_is_one_line_in_the_report(tmp_path, fake_server, se
     assert report.result.startswith("claude-code: ") and "\n" not in report.result
 
 
+@pytest.mark.slow
 def test_cli_run_with_agent_and_model(tmp_path, fake_server, secret_key, capsys):
     task, _ = make_task(tmp_path)
     fake_server.script([bash("sed -i 's/torch.zeros(src.shape/torch.empty(src.shape/' pkg/buffers.py"),
@@ -201,6 +207,7 @@ def test_usage_helper_matches_decimal_pricing():
     assert cost_decimal(MODEL, usage_of(EDIT_USAGE, FINAL_USAGE), load_prices()) == Decimal("0.02085")
 
 
+@pytest.mark.slow
 def test_one_batch_compares_our_loop_with_claude_code(tmp_path, fake_server, secret_key, capsys):
     task, _ = make_task(tmp_path, min_effect=0.5)  # few perf samples: this test is about the comparison
     fake_server.script([bash("sed -i 's/torch.zeros(src.shape/torch.empty(src.shape/' pkg/buffers.py"),

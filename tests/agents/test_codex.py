@@ -69,6 +69,7 @@ def tool_output(req: Recorded) -> str:
     return next(i["output"] for i in reversed(req.body["input"]) if i.get("type") == "function_call_output")
 
 
+@pytest.mark.slow
 @needs_codex
 def test_codex_edits_the_workspace_and_its_cost_is_metered(task_file, fake_server):
     fake_server.script([
@@ -144,6 +145,7 @@ def test_a_failing_change_is_fixed_in_a_resumed_session(task_file, fake_server):
     assert report["total_cost_usd"] == cost(U1, U2, U1, U2) and report["num_turns"] == 4
 
 
+@pytest.mark.slow
 @needs_codex
 def test_a_failed_turn_is_the_agents_error(task_file, fake_server):
     """An API error ends Codex's turn; the run says so in one line, from the API's own message."""

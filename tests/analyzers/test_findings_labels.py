@@ -3,9 +3,12 @@ sources has a label, and `safe_to_rewrite` is right at least 95% of the times it
 
 from __future__ import annotations
 
+import pytest
+
 from labelled import SOURCES, ZERO_INIT, current_claims, load_labels, score, unlabelled
 
 
+@pytest.mark.slow
 def test_every_finding_on_the_labelled_sources_is_labelled():
     labels = load_labels()
     assert len(labels) >= 60
@@ -15,6 +18,7 @@ def test_every_finding_on_the_labelled_sources_is_labelled():
         assert 0 < lb.line <= len((SOURCES / lb.path).read_text(encoding="utf-8").splitlines()), lb
 
 
+@pytest.mark.slow
 def test_safe_to_rewrite_is_claimed_only_where_it_holds():
     [zero] = [s for s in score(current_claims(), load_labels()) if s.rule == ZERO_INIT]
     assert zero.labelled == zero.findings

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from agent.analyzers.reads import ReadSite, read_sites
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,6 +222,7 @@ def test_sglang_encoder_lens_is_read_on_the_encoder_decoder_path():
         ("passed to flash_attn_with_kvcache (cache_seqlens=)", "not self.use_mla and layer.is_cross_attention")]
 
 
+@pytest.mark.slow
 def test_sglang_cu_seqlens_k_buffers_reach_the_kernels():
     src = SGLANG.read_text()
     lines = src.splitlines()

@@ -154,6 +154,7 @@ report(sum(os.path.lexists(os.path.join(d, "{PLANTED}")) for d in look))
     assert not list(tmp_path.rglob(PLANTED)), "a planted file reached the host"
 
 
+@pytest.mark.slow
 @needs_warm
 def test_a_candidates_background_process_cannot_write_after_its_run(tmp_path, bench_for):
     """The candidate double-forks a detached daemon (setsid, fds closed) that keeps writing files

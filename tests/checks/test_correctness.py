@@ -172,6 +172,7 @@ def test_failing_modes_from_any_test_runner():
     assert failing_tests(unit) == ["test_replay (tests.test_graph.GraphTest)", "test_fill (tests.test_graph.GraphTest)"]
 
 
+@pytest.mark.slow
 def test_poison_hook_fills_uninitialised_memory_and_chains_an_existing_sitecustomize(tmp_path):
     hook = install_hook(tmp_path / "hook")
     other = tmp_path / "other"
@@ -314,6 +315,7 @@ def test_a_patch_that_rewires_test_collection_is_refused_before_anything_runs(tm
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_path):
     task, src = make_task(tmp_path, poison=False)
     patch = make_patch(src, tmp_path, {"pkg/buffers.py": ("import torch\n",

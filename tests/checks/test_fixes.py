@@ -30,6 +30,7 @@ def test_unified_diff_applies_to_base_even_without_a_final_newline(tmp_path):
     assert (ws.root / "a.py").read_text() == "x = 1\ny = 5"
 
 
+@pytest.mark.slow
 def test_only_rewrites_the_checks_pass_are_kept_and_protected_paths_never(tmp_path):
     task, src = make_task(tmp_path, files={**FIXTURE, "bench/prep.py": PREP})
     findings = analyze_paths([src], root=src, exclude=())

@@ -235,6 +235,7 @@ def test_quick_mode_takes_few_pairs(perf_checker, tmp_path):
     # QUICK looks from 4 to 8 pairs; its per-look level (~0.039) is reachable from 6 pairs (all one way)
     assert ev.quick and 6 <= ev.perf.n_pairs <= 8
     assert ev.perf.verdict == "faster" and ev.perf.speedup > 1.5, summarize(ev)
+@pytest.mark.slow
 def test_a_candidate_that_breaks_the_bench_fails_and_a_missing_metric_is_an_error(tmp_path):
     task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False)
     broken = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = None")})

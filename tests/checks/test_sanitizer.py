@@ -74,6 +74,7 @@ def step(b, lens):
 """
 
 
+@pytest.mark.slow
 def test_each_read_of_unwritten_elements_is_recorded_with_its_op_and_elements(tmp_path):
     result = sanitize(tmp_path, MODULE, """\
         import os, torch, mod
@@ -94,6 +95,7 @@ def test_each_read_of_unwritten_elements_is_recorded_with_its_op_and_elements(tm
     assert reads[12][0].uninitialised == 2 and reads[12][0].elements == 4
 
 
+@pytest.mark.slow
 def test_data_read_without_an_op_and_pytest_names_the_test(tmp_path):
     """tolist() reads the data without dispatching an op; pytest's PYTEST_CURRENT_TEST names the test."""
     result = sanitize(tmp_path, """\
@@ -109,6 +111,7 @@ def test_data_read_without_an_op_and_pytest_names_the_test(tmp_path):
     assert read.op == "Tensor.tolist" and read.tests == ["tests/test_x.py::test_lists"]
 
 
+@pytest.mark.slow
 def test_a_named_kernel_reads_every_tensor_it_is_handed(tmp_path):
     """Opaque kernels (here a Python function that looks at nothing) count every tensor argument as
     read; the same call is not a read when the task does not name it."""
@@ -134,6 +137,7 @@ def test_a_named_kernel_reads_every_tensor_it_is_handed(tmp_path):
     assert sanitize(other, module, script).reads == []
 
 
+@pytest.mark.slow
 def test_allocations_outside_the_tracked_files_are_not_watched(tmp_path):
     result = sanitize(tmp_path, "import torch\n", """\
         import torch, mod
@@ -195,6 +199,7 @@ def checker_task(tmp_path: Path, extra: str = "") -> tuple:
     return load_task(toml), src
 
 
+@pytest.mark.slow
 def test_a_read_no_assertion_sees_fails_the_check(tmp_path):
     """Poisoned `lens` reaches no assertion (capture's result is discarded), so the poisoned tests pass;
     the sanitizer's record of the read is what fails the patch."""
@@ -212,6 +217,7 @@ def test_a_read_no_assertion_sees_fails_the_check(tmp_path):
     assert ev.sanitizer.elsewhere == []  # self.out is uninitialised at base, and written before it is read
 
 
+@pytest.mark.slow
 def test_a_buffer_written_before_every_read_passes_and_the_task_can_turn_it_off(tmp_path):
     task, src = checker_task(tmp_path)
     cu = {"pkg/backend.py": ('"cu": torch.zeros(max_bs + 1', '"cu": torch.empty(max_bs + 1')}
@@ -250,6 +256,7 @@ except Exception:
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", [WIPE, UNSTACK], ids=["wipe-records", "pop-dispatch-mode"])
 def test_a_candidate_that_hides_its_reads_from_the_sanitizer_does_not_pass(tmp_path, attack):
     """The patch makes `lens` uninitialised (read at capture, seen by no assertion) and hides the read:

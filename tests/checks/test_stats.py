@@ -118,6 +118,7 @@ def test_pairing_cancels_drift_that_hides_the_change_from_an_unpaired_comparison
     assert r.verdict == "faster" and r.ci_low <= 0.95 <= r.ci_high
 
 
+@pytest.mark.slow
 def test_sequential_alpha_reproduces_its_table():
     for (lo, hi, alpha, looks), level in _SEQUENTIAL_ALPHA.items():
         assert sequential_alpha(lo, hi, alpha, looks=looks, cached=False) == level

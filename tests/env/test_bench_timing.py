@@ -62,6 +62,7 @@ def tagged(out: str, tag: str):
     return json.loads(next(line for line in out.splitlines() if line.startswith(tag + " ")).split(" ", 1)[1])
 
 
+@pytest.mark.slow
 def test_cpu_wall_clock_times_a_busy_wait():
     out = run_bench_script(CPU_SCRIPT)
     times = tagged(out, "TIMES")

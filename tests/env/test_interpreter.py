@@ -43,6 +43,7 @@ def write_task(tmp_path: Path, setup: str) -> Path:
     return task
 
 
+@pytest.mark.slow
 def test_venv_is_built_once_and_used_by_tests_and_bench(tmp_path: Path, own_cache: Path) -> None:
     task = load_task(write_task(tmp_path, f"venv = [{json.dumps(MARK)}]"))
     said: list[str] = []
@@ -63,6 +64,7 @@ def test_venv_is_built_once_and_used_by_tests_and_bench(tmp_path: Path, own_cach
     assert prepare(changed).venv != venv, "another command is another venv"
 
 
+@pytest.mark.slow
 def test_a_failing_venv_command_is_one_line_and_leaves_nothing(tmp_path: Path, own_cache: Path) -> None:
     task = load_task(write_task(tmp_path, 'venv = ["echo fetching; echo no such package >&2; exit 3"]'))
     with pytest.raises(InterpreterError) as e:
@@ -107,6 +109,7 @@ def test_setup_needs_something(tmp_path: Path) -> None:
         load_task(write_task(tmp_path, "timeout_s = 5"))
 
 
+@pytest.mark.slow
 def test_a_candidate_cannot_plant_code_in_the_shared_venv(tmp_path: Path) -> None:
     """Red team: the venv is cached and shared by every later run, so a hostile candidate's code tries
     to drop a .pth file (run at every interpreter start) into it while the tests run. The sandbox

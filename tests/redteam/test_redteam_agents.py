@@ -41,6 +41,7 @@ echo "--- write outside"; echo pwned > {outside}/pwned.txt 2>&1 || echo "write r
 """
 
 
+@pytest.mark.slow
 def test_a_hostile_claude_code_cannot_reach_keys_secrets_or_hosts(tmp_path):
     lab = make_lab(tmp_path, perf=False)
     with FakeServer() as server:

@@ -98,6 +98,7 @@ def test_daemons_do_not_outlive_their_call(tmp_path):
     assert json.loads(report_later)["subtype"] == "success"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run_id", ["../escape", "../../escape"])
 def test_run_id_cannot_escape_out(tmp_path, run_id):
     """Attack: `perfagent run --run-id ../escape` writes its results outside --out."""

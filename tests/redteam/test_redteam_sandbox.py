@@ -104,6 +104,7 @@ def _probe(probed, name):
     return probed["out"][name]
 
 
+@pytest.mark.slow
 def test_run_cannot_read_the_users_ssh_key(probed):
     """Attack: `run` reads $HOME/.ssh/id_rsa (and the real HOME's absolute path)."""
     out = _probe(probed, "ssh")

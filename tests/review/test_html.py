@@ -196,6 +196,7 @@ def _driver():
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
+@pytest.mark.slow
 def test_report_in_headless_chromium(batch, tmp_path):
     run_dir, html_path, _ = batch
     from selenium.webdriver.common.by import By

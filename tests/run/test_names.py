@@ -76,6 +76,7 @@ def perfagent(root: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("flags", [["--run-id", "../../x"], ["--run-id", "../x"], ["--run-id", "/tmp/abs"],
                                    ["--job", "../escape"], ["--job", "../../../escape"], ["--job", "a//b"],
                                    ["--job", "/abs/job"]], ids=lambda f: " ".join(f))
+@pytest.mark.slow
 def test_run_refuses_a_name_that_leads_outside_out(tmp_path, project, flags):
     before = snapshot(tmp_path)
     res = perfagent(project, "run", "t.toml", "--model", f"replay:{project / 'replay.jsonl'}", "--out", "out", *flags)

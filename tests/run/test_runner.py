@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import auth_error, reply, tool_call
-from helpers import SAFE, UNSAFE, make_task, make_tiny_task
+from helpers import SAFE, UNSAFE, RecordedChecker, make_task, make_tiny_task, tiny_evidence
 
 from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
@@ -44,6 +44,7 @@ def script():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server, stream):
     fake_server.script(script())
@@ -82,6 +83,7 @@ def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server,
     assert json.loads(regraded.stdout) == [c["evaluation"] for c in checks]
 
 
+@pytest.mark.slow
 def test_api_error_is_one_line_and_keeps_results(task_file, fake_server):
     fake_server.script([auth_error()])
     tmp = task_file.parent
@@ -100,11 +102,13 @@ def test_api_error_is_one_line_and_keeps_results(task_file, fake_server):
     (["--model", "anthropic:claude-sonnet-4-6"], "ANTHROPIC_API_KEY"),
     (["--model", "replay:missing.jsonl"], "trajectory not found"),
 ])
+@pytest.mark.slow
 def test_bad_model_is_one_line_exit_2(task_file, args, needle):
     res = perfagent(["run", str(task_file), *args], task_file.parent)
     assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_missing_task_is_one_line_exit_2(tmp_path):
     res = perfagent(["run", str(tmp_path / "nope.toml")], tmp_path)
     assert res.returncode == 2 and "task file not found" in res.stderr
@@ -120,6 +124,7 @@ def without_bwrap(tmp: Path) -> str:
     return str(bin_dir)
 
 
+@pytest.mark.slow
 def test_unsandboxed_api_run_is_refused_unless_allowed(task_file, fake_server):
     tmp = task_file.parent
     path = without_bwrap(tmp)
@@ -162,10 +167,12 @@ class Scripted:
                      "replay", "tool_use", {})
 
 
-def run_scripted(tmp_path: Path, *turns: list[tuple[str, dict]]):
+def run_scripted(tmp_path: Path, *turns: list[tuple[str, dict]], recorded: bool = True):
+    """`turns` played on make_task's repo; `recorded`: graded from tiny_evidence (the grader seam), else for real."""
     task, _ = make_task(tmp_path)
+    checker = RecordedChecker(task, tiny_evidence) if recorded else None
     return run_task(task, Scripted(*turns), out_dir=tmp_path / "out", run_id="r", prices=load_prices(),
-                    limits=Limits.of(task, max_turns=len(turns) + 1), lock_dir=tmp_path / "locks")
+                    limits=Limits.of(task, max_turns=len(turns) + 1), lock_dir=tmp_path / "locks", checker=checker)
 
 
 def edit(change: dict[str, tuple[str, str]], back: bool = False) -> tuple[str, dict]:
@@ -173,7 +180,6 @@ def edit(change: dict[str, tuple[str, str]], back: bool = False) -> tuple[str, d
     return "edit_file", {"path": path, "old": new if back else old, "new": old if back else new}
 
 
-@pytest.mark.slow
 def test_a_change_that_never_passed_is_rejected_not_emitted(tmp_path):
     """Every torch.zeros -> torch.empty, which the poisoned tests reject; the run ends at max turns."""
     result = run_scripted(tmp_path, [edit(SAFE), edit(UNSAFE)])
@@ -188,7 +194,6 @@ def test_a_change_that_never_passed_is_rejected_not_emitted(tmp_path):
     assert ev.emitted is not None and ev.emitted.startswith("nothing") and "rejected.diff" in ev.emitted
 
 
-@pytest.mark.slow
 def test_an_agent_that_takes_back_its_passing_change_emits_nothing(tmp_path):
     result = run_scripted(tmp_path, [edit(SAFE)], [("run_checks", {"perf": False})], [edit(SAFE, back=True)])
     checks = json.loads(result.paths.checks.read_text())
@@ -200,8 +205,9 @@ def test_an_agent_that_takes_back_its_passing_change_emits_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_an_earlier_passing_state_is_not_emitted_in_place_of_the_final_one(tmp_path):
-    """The agent's final change is what is graded and emitted: a state it moved on from is not."""
-    result = run_scripted(tmp_path, [edit(SAFE)], [("run_checks", {"perf": False})], [edit(UNSAFE)])
+    """The agent's final change is what is graded and emitted: a state it moved on from is not (graded for
+    real: the run's time includes its gradings)."""
+    result = run_scripted(tmp_path, [edit(SAFE)], [("run_checks", {"perf": False})], [edit(UNSAFE)], recorded=False)
     checks = json.loads(result.paths.checks.read_text())
     assert checks[0]["evaluation"]["verdict"] == "pass" and checks[-1]["evaluation"]["verdict"] == "fail"
     assert result.paths.patch.read_text() == ""

@@ -114,6 +114,7 @@ def test_write_file_creates_dirs(box):
     assert (box.workspace.root / "pkg/sub/new.py").read_text() == "x = 1\n"
 
 
+@pytest.mark.slow
 def test_run_is_sandboxed_and_timed(box):
     res = box.call("run", {"command": "echo hi; exit 4"})
     assert "exit code 4" in res.content and "hi" in res.content
