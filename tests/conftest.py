@@ -19,7 +19,7 @@ if not os.environ.get("PERFAGENT_LOCK_DIR"):
 import git  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import make_repo  # noqa: E402
+from helpers import machine_share, make_repo  # noqa: E402
 
 pytest_plugins = ["fakeserver"]  # the fake_server fixture: a provider's wire format on 127.0.0.1
 
@@ -31,3 +31,10 @@ def small_repo(tmp_path: Path) -> git.Repo:
         "tests/test_mod.py": "from pkg.mod import f\n\n\ndef test_f():\n    assert f().sum() == 0\n",
         "README.md": "hello\n",
     })
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request):
+    """Under `pytest -n`, a test that measures timings (marked `quiet`) runs alone (helpers.machine_share)."""
+    with machine_share(exclusive=request.node.get_closest_marker("quiet") is not None):
+        yield

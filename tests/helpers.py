@@ -5,7 +5,10 @@ Test modules import from here (or use conftest's fixtures), never from each othe
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,19 @@ def all_empty(repo: Path) -> int:
 
 # -- real git repos ---------------------------------------------------------------------------------
 AUTHOR = git.Actor("test", "test@localhost")
+
+
+@contextlib.contextmanager
+def machine_share(exclusive: bool):
+    """Under `pytest -n`, whatever measures timings holds the suite's machine lock exclusively (it runs
+    alone), every other test holds it shared. A serial run never waits. The lock lives in the suite's
+    PERFAGENT_LOCK_DIR, which the workers inherit from the controller (tests/conftest.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        yield
+        return
+    with open(Path(os.environ["PERFAGENT_LOCK_DIR"]) / "suite-machine.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
 
 
 def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.Repo:

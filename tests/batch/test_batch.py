@@ -22,7 +22,7 @@ from agent.results.load import summarize_run
 from agent.results.record import JobRecord
 from agent.results.report import Report
 from agent.results.summary import BatchSummary, summarize
-from helpers import make_repo, rec
+from helpers import machine_share, make_repo, rec
 
 # -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
 MOD = "COST = 10.0\n\n\ndef f():\n    return COST\n"
@@ -103,7 +103,7 @@ def e2e(tmp_path_factory):
     """All fixture tasks x {good, bad} x 2 samples, 2 workers, through the CLI: shared by the
     end-to-end test and the Ray comparison."""
     root = tmp_path_factory.mktemp("e2e")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, machine_share(exclusive=True):  # it measures: alone under -n
         _isolate(mp, root)
         root, tasks, models = build_project(root)
         code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",

@@ -21,6 +21,8 @@ from agent.env.warm import WarmPython
 from agent.task import PerfSpec
 from helpers import make_patch, make_task
 
+pytestmark = pytest.mark.quiet  # it measures timings: alone under pytest -n
+
 IMPORT_ONLY = 'python -c \\"import pkg.work\\"'  # cheap correctness: executes the ITERS line, no torch
 SLOWER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 72_000")}  # exactly 1.2x the loop iterations
 FASTER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 30_000")}

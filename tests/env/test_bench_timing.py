@@ -15,6 +15,8 @@ import torch
 
 from agent.checks.perf import parse_metric
 
+pytestmark = pytest.mark.quiet  # it measures timings: alone under pytest -n
+
 BENCH = Path(__file__).resolve().parents[2] / "target_repo" / "bench"
 
 CPU_SCRIPT = """

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.quiet  # it measures timings: alone under pytest -n
+
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = {"environment", "target_tests", "all_empty", "reference", "a_a", "padded", "batch"}
 
