@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, computed_field
 
 from agent.checks.integrity import IntegrityResult
-from agent.checks.stats import Direction, PerfVerdict, speedup
+from agent.checks.stats import Direction, PerfAnswer, speedup
 
 # "suspicious": the checks passed, but something needs a person first (flagged code, an implausible speedup).
 # "no-change": there was nothing to grade (the run emitted no change); only a report's evaluation says it.
@@ -142,7 +142,7 @@ class PerfResult(BaseModel):
     ci_high: float | None = None
     confidence: float = 0.95
     p_value: float | None = None
-    verdict: PerfVerdict | None = None
+    verdict: PerfAnswer | None = None
     min_effect: float = 0.0
     precise: bool = False  # interval narrower than min_effect when sampling stopped
     alpha: float | None = None  # the per-look level p had to beat (sequential stopping, overall A/A error 5%)
@@ -173,7 +173,7 @@ class ReferenceResult(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None
-    verdict: PerfVerdict | None = None
+    verdict: PerfAnswer | None = None
     samples: list[float] = []
     speedup: float | None = None
     # (candidate speedup - 1) / (reference speedup - 1); only when both are significantly "faster"

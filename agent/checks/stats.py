@@ -23,10 +23,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 Direction = Literal["lower", "higher"]
-# "suspicious": faster beyond the task's plausibility bound, with no reference to confirm it.
+# What an A/B comparison says (report.json keeps it as `perf.verdict`): one word per meaning, so a
+# perf answer is not the evaluation's verdict (`Verdict`), nor a batch job's outcome.
+# "suspicious": faster beyond the task's plausibility bound, with no reference to confirm it (set by grade).
 # "inconclusive": the maximum pairs were not enough to tell (the interval is wider than the
 # task's minimum effect, or the test stays short of its level): not a finding of no change.
-PerfVerdict = Literal["faster", "slower", "no significant change", "inconclusive", "suspicious"]
+PerfAnswer = Literal["faster", "slower", "no significant change", "inconclusive", "suspicious"]
 
 
 class Comparison(BaseModel):
@@ -41,7 +43,7 @@ class Comparison(BaseModel):
     ci_high: float
     confidence: float
     p_value: float
-    verdict: PerfVerdict
+    verdict: PerfAnswer
     n_baseline: int
     n_candidate: int
     precise: bool  # interval narrower than the task's minimum effect: enough samples
@@ -100,7 +102,7 @@ def compare(baseline: list[float], candidate: list[float], direction: Direction 
     p = rank_p_value(baseline, candidate)
     significant = p < 1 - confidence and (hi < 1 or lo > 1)
     if not significant:
-        verdict: PerfVerdict = "no significant change"
+        verdict: PerfAnswer = "no significant change"
     elif (ratio < 1) == (direction == "lower"):
         verdict = "faster"
     else:
@@ -210,7 +212,7 @@ def compare_paired(baseline: list[float], candidate: list[float], direction: Dir
     p = signed_rank_p(baseline, candidate)
     precise = (hi - lo) < min_effect
     if p < alpha and (hi < 1 or lo > 1):
-        verdict: PerfVerdict = "faster" if (ratio < 1) == (direction == "lower") else "slower"
+        verdict: PerfAnswer = "faster" if (ratio < 1) == (direction == "lower") else "slower"
     elif precise and lo <= 1 <= hi:
         verdict = "no significant change"
     else:

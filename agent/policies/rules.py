@@ -69,7 +69,7 @@ class Caught:
 
 
 @dataclass
-class CheckVerdict:
+class CheckAnswer:
     passed: bool
     failure: str  # the first failing test, else the failing mode or the first reason
     faster: bool = False
@@ -82,17 +82,17 @@ class CheckVerdict:
     test: str = ""  # its failing test, when a test failed
 
 
-def check_verdict(result: ToolOutput) -> CheckVerdict:
+def read_checks(result: ToolOutput) -> CheckAnswer:
     """What a run_checks result means to the policy: the verdict from its evaluation, the culprits from
     its evidence (never its text)."""
     data = result.data or {}
     if data.get("evaluation") is None:  # the checks could not run at all
-        return CheckVerdict(False, result.content.strip()[:200])
+        return CheckAnswer(False, result.content.strip()[:200])
     ev = Evaluation.model_validate(data["evaluation"])
     evidence = Evidence.model_validate(data["evidence"]) if data.get("evidence") is not None else None
     perf = ev.perf
     first = _first_failure(ev)
-    return CheckVerdict(ev.verdict == "pass", first.reason, perf is not None and perf.verdict == "faster",
+    return CheckAnswer(ev.verdict == "pass", first.reason, perf is not None and perf.verdict == "faster",
                         perf_line(perf) if perf is not None else "", _blamed(evidence) if evidence else {},
                         ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test)
 
@@ -183,7 +183,7 @@ class RulesPolicy:
                     writes.append(self._call("write_file", path=path, content=new))
                     state[path] = new
             results = yield [*writes, self._call("run_checks", perf=perf)]
-            verdict = check_verdict(results[-1])
+            verdict = read_checks(results[-1])
             if verdict.passed:
                 sanitized["yes"] = sanitized["yes"] and verdict.sanitized
             return verdict
@@ -191,7 +191,7 @@ class RulesPolicy:
         tally = {"failed": 0, "settled": 0}  # edits rejected / edits decided so far
         sanitized = {"yes": True}  # every passing check so far was watched by the sanitizer
 
-        def search(edits: list[Finding], kept: list[Finding], failed: CheckVerdict | None = None) -> Script:
+        def search(edits: list[Finding], kept: list[Finding], failed: CheckAnswer | None = None) -> Script:
             """Largest passing subset of `edits` on top of `kept`, by adaptive group testing: halve a
             failing group while failures are rare, test its edits one by one once they are common
             (then halving costs more checks than it saves). `failed`: this very set already failed."""

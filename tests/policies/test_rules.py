@@ -9,7 +9,7 @@ import pytest
 from agent.checks import CommandRun, Correctness, Evaluation, Evidence, PerfResult
 from agent.checks.evaluation import CoverageResult, ReadSiteResult, SanitizerResult, UninitRead
 from agent.models.pricing import load_prices
-from agent.policies.rules import ToolOutput, check_verdict
+from agent.policies.rules import ToolOutput, read_checks
 from agent.run.runner import run_task
 from agent.task import load_task
 from helpers import make_repo
@@ -104,41 +104,41 @@ def checks_result(ev: Evaluation, evidence: Evidence | None = None,
                                     "evidence": evidence.model_dump(mode="json") if evidence else None})
 
 
-def test_check_verdict_reads_the_evaluation():
+def test_read_checks_reads_the_evaluation():
     plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=1.0)
     poison = CommandRun(name="poison", command="pytest", exit_code=1, passed=False, duration_s=1.0,
                         failing_tests=["tests/t.py::test_replay[draft_topk2-bs3]", "tests/t.py::b"])
     faster = PerfResult(metric="init_ms", direction="lower", baseline_median=1, candidate_median=0.5, ratio=0.5,
                         ci_low=0.4, ci_high=0.6, p_value=0.01, verdict="faster")
-    v = check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=poison),
+    v = read_checks(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=poison),
                                                perf=faster)))
     assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]" and v.faster
     assert (v.evidence, v.test) == ("poisoned tests", "tests/t.py::test_replay[draft_topk2-bs3]")
     same = faster.model_copy(update={"metric": "x", "verdict": "no significant change", "ratio": 1.0})
-    v = check_verdict(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=same)))
+    v = read_checks(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=same)))
     assert v.passed and not v.faster and v.perf_line.startswith("no significant change: x")
 
 
-def test_check_verdict_names_the_failing_mode_without_a_test_id():
+def test_read_checks_names_the_failing_mode_without_a_test_id():
     plain = CommandRun(name="plain", command="pytest", exit_code=2, passed=False, duration_s=1.0)
-    assert check_verdict(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain)))).failure \
+    assert read_checks(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain)))).failure \
         == "tests fail (exit 2)"
     uncovered = Evaluation(verdict="unverified", reasons=["changed lines no test executed: a.py:3"],
                            coverage=CoverageResult(changed=["a.py:3"], uncovered=["a.py:3"]))
-    v = check_verdict(checks_result(uncovered))
+    v = read_checks(checks_result(uncovered))
     assert v.failure == "changed lines no test executed: a.py:3" and (v.evidence, v.test) == ("coverage", "")
     # the text alone is never parsed: a summary claiming a pass without an evaluation is not a pass
-    assert not check_verdict(ToolOutput("verdict: pass", True)).passed
+    assert not read_checks(ToolOutput("verdict: pass", True)).passed
 
 
-def test_check_verdict_blames_the_buffers_the_evidence_names():
+def test_read_checks_blames_the_buffers_the_evidence_names():
     plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=1.0)
     read = UninitRead(buffer="mini/state.py:14", code="x = torch.empty(n)", op="aten.sum.default",
                       at="mini/state.py:20 (warmup)", tests=["tests/test_state.py::test_warmup"])
     site = ReadSiteResult(buffer="mini/state.py:15", line=30, function="State.decode", guard="self.use_mla")
     found = {"correctness": Correctness(plain=plain, poison=plain), "sanitizer": SanitizerResult(reads=[read]),
              "read_sites": [site]}
-    v = check_verdict(checks_result(Evaluation(verdict="fail", **found), Evidence(**found)))
+    v = read_checks(checks_result(Evaluation(verdict="fail", **found), Evidence(**found)))
     assert v.sanitized and set(v.blamed) == {"mini/state.py:14", "mini/state.py:15"}
     read, unrun = v.blamed["mini/state.py:14"], v.blamed["mini/state.py:15"]
     assert read.reason.startswith("read before written: read by aten.sum.default at mini/state.py:20")
