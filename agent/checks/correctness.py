@@ -30,7 +30,7 @@ POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 def install_hook(folder: Path) -> Path:
     """Put the harness's sitecustomize.py (and the sanitizer it starts) into `folder` (created)."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("poison_hook.py"), folder / "sitecustomize.py")
+    shutil.copyfile(Path(__file__).with_name("check_hook.py"), folder / "sitecustomize.py")
     shutil.copyfile(Path(__file__).with_name("sanitize_hook.py"), folder / "perfagent_sanitize.py")
     return folder
 

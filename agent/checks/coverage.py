@@ -1,6 +1,6 @@
 """Coverage of a patch's changed lines: did any test execute each added or changed statement?
 
-Recorded in the target's own interpreter by our check hook (poison_hook.py), with no package
+Recorded in the target's own interpreter by our check hook (check_hook.py), with no package
 installed there: every Python process the correctness command starts appends the lines of the
 changed files it runs to a file of its own in a folder the harness owns. "Not measured" (no
 process recorded anything, and why) is kept apart from "not executed" (recorded, line not run):
