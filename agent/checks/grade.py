@@ -137,6 +137,8 @@ RULES: list[tuple[Verdict, Rule]] = [
     ("suspicious", implausible_speedup),
 ]
 FINAL: frozenset[Verdict] = frozenset({"error", "no-change", "rejected", "fail"})  # nothing weaker is argued
+# what the evaluation reports of the evidence as it was found (perf and integrity get the grade's word added)
+CARRIED = sorted((Evidence.model_fields.keys() & Evaluation.model_fields.keys()) - {"perf", "integrity"})
 
 
 def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
@@ -155,13 +157,9 @@ def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
     problem = plausibility(e, spec)
     perf = e.perf.model_copy(update={"verdict": "suspicious"}) if problem and e.perf is not None else e.perf
     note = reasons.pop(0) if verdict == "no-change" else None
-    return Evaluation(
-        task_id=e.task_id, verdict=verdict, reasons=reasons, quick=e.quick, hygiene=e.hygiene,
-        protected_violations=e.protected_violations,
-        integrity=e.integrity.model_copy(update={"plausibility": problem}), diff_stats=e.diff_stats, setup=e.setup,
-        correctness=e.correctness, coverage=e.coverage, sanitizer=e.sanitizer, initcheck=e.initcheck,
-        read_sites=e.read_sites, perf=perf, reference=e.reference, environment=e.environment,
-        duration_s=e.duration_s, error=e.error, note=note)
+    carried = {name: getattr(e, name) for name in CARRIED}
+    return Evaluation(**carried, verdict=verdict, reasons=reasons, note=note, perf=perf,
+                      integrity=e.integrity.model_copy(update={"plausibility": problem}))
 
 
 def decided(e: Evidence, spec: TaskSpec) -> bool:

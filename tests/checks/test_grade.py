@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, Hygiene, InitcheckResult,
-                                     PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult, UninitRead)
+from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats, Hygiene,
+                                     InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult,
+                                     UninitRead)
 from agent.checks.evidence import Evidence, EvidenceError, load_recorded
-from agent.checks.grade import FINAL, RULES, grade
+from agent.checks.grade import CARRIED, FINAL, RULES, grade
 from agent.checks.integrity import Flag, IntegrityResult
 from agent.task import TaskSpec
 
@@ -143,3 +144,12 @@ def test_files_without_evidence_are_one_clear_error(tmp_path):
     (tmp_path / "bad.json").write_text('{"changes": "perhaps"}')
     with pytest.raises(EvidenceError, match="not evidence perfagent wrote"):
         load_recorded(tmp_path / "bad.json")
+
+
+def test_the_evaluation_reports_every_fact_it_was_graded_from():
+    e = passing(duration_s=3.5, protected_violations=[], diff_stats=DiffStats(files=["m.py"], insertions=1))
+    ev = grade(e, SPEC)
+    assert {"correctness", "coverage", "sanitizer", "initcheck", "read_sites", "environment", "setup", "reference",
+            "diff_stats", "hygiene", "error", "duration_s", "task_id", "quick"} <= set(CARRIED)
+    assert all(getattr(ev, name) == getattr(e, name) for name in CARRIED)
+    assert ev.perf.model_dump() == e.perf.model_dump() and ev.integrity.flags == e.integrity.flags
