@@ -53,13 +53,21 @@ AUTHOR = git.Actor("test", "test@localhost")
 def machine_share(exclusive: bool):
     """Under `pytest -n`, whatever measures timings holds the suite's machine lock exclusively (it runs
     alone), every other test holds it shared. A serial run never waits. The lock lives in the suite's
-    PERFAGENT_LOCK_DIR, which the workers inherit from the controller (tests/conftest.py)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    PERFAGENT_LOCK_DIR, which the workers inherit from the controller (tests/conftest.py). Nested, it
+    takes nothing more: a second lock of one process on the same file would wait for itself."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or _MACHINE_SHARE:
         yield
         return
     with open(Path(os.environ["PERFAGENT_LOCK_DIR"]) / "suite-machine.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
+        _MACHINE_SHARE.append(exclusive)
+        try:
+            yield
+        finally:
+            _MACHINE_SHARE.pop()
+
+
+_MACHINE_SHARE: list[bool] = []  # this process's hold on the suite's machine lock, while it has one
 
 
 def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.Repo:

@@ -103,11 +103,12 @@ def e2e(tmp_path_factory):
     """All fixture tasks x {good, bad} x 2 samples, 2 workers, through the CLI: shared by the
     end-to-end test and the Ray comparison."""
     root = tmp_path_factory.mktemp("e2e")
-    with pytest.MonkeyPatch.context() as mp, machine_share(exclusive=True):  # it measures: alone under -n
+    with pytest.MonkeyPatch.context() as mp:
         _isolate(mp, root)
         root, tasks, models = build_project(root)
-        code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",
-                     "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet"])
+        with machine_share(exclusive=True):  # the batch measures its jobs: alone under pytest -n
+            code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",
+                         "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet"])
         yield root, tasks, models, code
 
 
