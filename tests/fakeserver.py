@@ -76,9 +76,12 @@ class Fail:
 
 @dataclass
 class Hang:
-    """Never answer: hold the request open until the server stops (or `seconds` pass), then hang up."""
+    """Never answer: hold the request open until the server stops (or `seconds` pass), then hang up.
+    `started`: for a streaming request, first answer 200 and send that turn's first event (an Anthropic
+    `message_start`, with its usage), then hang: a stream that never ends."""
 
     seconds: float | None = None
+    started: Turn | None = None
 
 
 Item = Union[Turn, Fail, Hang, Callable[["Recorded"], Union[Turn, Fail, Hang]]]
@@ -103,8 +106,8 @@ def rate_limited(retry_after: float = 1) -> Fail:
                 headers={"retry-after": value})
 
 
-def hang(seconds: float | None = None) -> Hang:
-    return Hang(seconds)
+def hang(seconds: float | None = None, started: Turn | None = None) -> Hang:
+    return Hang(seconds, started)
 
 
 def auth_error() -> Fail:
@@ -508,6 +511,8 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 return
             item, n = server._next(req)
             if isinstance(item, Hang):
+                if item.started is not None and req.stream:
+                    self._send_events(api.events(item.started, req, n), first=1)  # type: ignore[union-attr]
                 server._stopping.wait(item.seconds)
                 self.close_connection = True
                 return
@@ -535,16 +540,21 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _send_events(self, events: Iterable[bytes]) -> None:
-            """SSE over chunked transfer encoding, one chunk per event, as a live server does."""
+        def _send_events(self, events: Iterable[bytes], first: int | None = None) -> None:
+            """SSE over chunked transfer encoding, one chunk per event, as a live server does (`first`: only
+            that many events, the stream left open)."""
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("cache-control", "no-cache")
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            for event in events:
+            for i, event in enumerate(events):
+                if first is not None and i >= first:
+                    return
                 self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
                 self.wfile.flush()
+            if first is not None:
+                return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 

@@ -8,8 +8,15 @@ this relay answers. The relay
 - refuses everything else, a proxied CONNECT to another host included, and records it;
 - counts the tokens of every response, JSON or server-sent events, and prices them with our
   table, so the cost comes from the wire and not from what the agent says about itself;
-- refuses further requests once the run is over its budget (`agent.models.budget`: the rule
-  our own loop keeps too) or the deadline passed, and sets `stopped` so the runner ends the agent;
+- reserves each metered request's worst case (its body's size in input tokens, its output limit)
+  before forwarding it, with at most MAX_IN_FLIGHT out at once; a request whose worst case does
+  not fit in what is left of the budget (`agent.models.budget`) is refused, never forwarded, and
+  the reservation is settled to the metered cost when the answer is counted;
+- refuses further requests once the run is over its budget or the deadline passed, and sets
+  `stopped` so the runner ends the agent; it keeps reading and metering what it already
+  forwarded (an answer whose agent hung up, an answer still out when the run ends), and an
+  answer cut or hung before its final usage is metered from what it announced (Anthropic's
+  `message_start`), else charged its worst case, and listed in `Meter.partial`;
 - appends every request and response to trajectory.jsonl (never the key).
 """
 
@@ -32,7 +39,7 @@ import httpx
 
 from agent.models.anthropic import usage_from_api as anthropic_usage
 from agent.models.base import Usage
-from agent.models.budget import Spend
+from agent.models.budget import Spend, fits_budget
 from agent.models.openai import usage_from_api as openai_chat_usage
 from agent.models.pricing import PriceTable
 
@@ -56,6 +63,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriza
 # its usage can be counted, and sent on decoded.
 NOT_FORWARDED = {"request": HOP_BY_HOP | {"accept-encoding"}, "response": HOP_BY_HOP | {"content-encoding"}}
 SECRET_HEADERS = {"authorization", "x-api-key", "api-key"}
+CLOSED = {"budget": "the run's budget is spent", "time": "the run's time is up", "closing": "the run is over"}
 MAX_BODY = 64 << 20
 MAX_PARSED = 32 << 20  # a response longer than this is forwarded whole but not read for usage
 
@@ -86,21 +94,105 @@ class Upstream:
         return self.base_url + path
 
 
+# Metered requests forwarded at once. Each holds a worst-case reservation of the budget while it
+# is out, so a burst from the agent (or a hostile one firing dozens of threads) queues here instead
+# of all passing the budget check together; a few at once is all an agent's parallel tool calls need.
+MAX_IN_FLIGHT = 4
+# When the relay closes (the run is over), how long the answers still coming are waited for, so
+# they are metered; whatever is still out after that is metered from what it announced.
+DRAIN_S = 30.0
+# A request that names no output limit (OpenAI's are optional) is reserved as if it asked for this:
+# the largest output of any model we price.
+DEFAULT_MAX_OUTPUT = 128_000
+# Input tokens are estimated from the request body's size: a token is 3 to 4 characters of English
+# or code, more for JSON's escapes and markup, so one per 3 bytes reads high, which a reservation should.
+BYTES_PER_TOKEN = 3
+
+
+@dataclass
+class Ticket:
+    """One forwarded request: its reservation, and what of its answer has been read so far."""
+
+    route: str
+    model: str  # as requested; the answer's own name wins when it has one
+    worst: Usage  # the most it can cost, in tokens
+    reserved_usd: float | None
+    start: float = field(default_factory=time.monotonic)
+    status: int | None = None  # None: no answer yet
+    sse: bool = False
+    kept: bytearray = field(default_factory=bytearray)
+
+
 @dataclass
 class Meter(Spend):
-    """Tokens, cost and refusals so far; shared by the relay's threads, read by the runner."""
+    """Tokens, cost, reservations and refusals so far; shared by the relay's threads, read by the runner."""
 
     prices: PriceTable
     max_cost_usd: float | None = None  # None or 0: no budget
     deadline: float | None = None  # time.monotonic()
     requests: int = 0  # metered responses
     refused: list[str] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)  # answers metered from less than their final usage
     stop_reason: str | None = None  # "budget" | "time"
+    refused_worst_usd: float | None = None  # the reservation that did not fit, when that stopped the run
     stopped: threading.Event = field(default_factory=threading.Event)
+    closing: threading.Event = field(default_factory=threading.Event)  # the relay is shutting: admit nothing
     lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: dict[str, Ticket] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self.lock)
+
+    @property
+    def reserved_usd(self) -> float:
+        return sum(t.reserved_usd or 0.0 for t in self.in_flight.values())
+
+    def worst_case(self, model: str, input_tokens: int, max_output: int) -> tuple[Usage, float | None]:
+        """The most a request can cost: its input at the dearest input-side price (a cache write), its output
+        limit at the output price."""
+        candidates = [Usage(input_tokens=input_tokens, output_tokens=max_output),
+                      Usage(cache_write_5m=input_tokens, output_tokens=max_output),
+                      Usage(cache_write_1h=input_tokens, output_tokens=max_output)]
+        priced = [(self._cost(model, u, self.prices), u) for u in candidates]
+        if any(cost is None for cost, _ in priced):
+            return candidates[0], None
+        cost, usage = max(priced, key=lambda p: p[0])  # type: ignore[arg-type, return-value]
+        return usage, cost
+
+    def admit(self, rid: str, ticket: Ticket) -> str | None:
+        """Reserve `ticket`'s worst case, waiting for a free slot; why it may not go (None: it is reserved)."""
+        with self._changed:
+            while len(self.in_flight) >= MAX_IN_FLIGHT and not self.closed():
+                self._changed.wait(0.25)
+            why = self.closed()
+            if why:
+                return why
+            spent = self.total_cost_usd or 0.0
+            if not fits_budget(spent + self.reserved_usd, ticket.reserved_usd, self.max_cost_usd):
+                self.refused_worst_usd = ticket.reserved_usd
+                self.stop("budget")
+                return "reservation"
+            self.in_flight[rid] = ticket
+            return None
+
+    def settle(self, rid: str, model: str, usage: Usage | None, duration_s: float, partial: str = "") -> float | None:
+        """Count the answer to `rid` in place of its reservation (usage None: nothing to bill); its cost.
+        Only the first settlement counts: a request given up on at close is not counted again when it ends."""
+        with self._changed:
+            ticket = self.in_flight.pop(rid, None)
+            self._changed.notify_all()
+            if ticket is None or usage is None:
+                return None
+            cost = self.count(model or ticket.model, usage, self.prices, duration_s)
+            self.requests += 1
+            if partial:
+                self.partial.append(f"{rid} ({model or ticket.model}): {partial}")
+            if self.over(self.max_cost_usd):
+                self.stop("budget")
+        return cost
 
     def add(self, model: str, usage: Usage, duration_s: float) -> float | None:
-        """Count one response; the cost of it (None: no known price). Stops the agent past the budget."""
+        """Count one response that held no reservation; the cost of it (None: no known price)."""
         with self.lock:
             cost = self.count(model, usage, self.prices, duration_s)
             self.requests += 1
@@ -122,7 +214,22 @@ class Meter(Spend):
         """Why no request may pass any more, or None."""
         if self.deadline is not None and time.monotonic() >= self.deadline:
             self.stop("time")
+        if self.stop_reason is None and self.closing.is_set():
+            return "closing"
         return self.stop_reason
+
+    def drain(self, provider: Provider, wait_s: float) -> None:
+        """At close: admit nothing more, wait up to `wait_s` for the answers still out, and meter the rest from
+        what they had sent so far (an announcement, else their worst case), marked partial."""
+        self.closing.set()
+        end = time.monotonic() + wait_s
+        with self._changed:
+            while self.in_flight and time.monotonic() < end:
+                self._changed.wait(min(0.1, max(0.0, end - time.monotonic())))
+            left = dict(self.in_flight)
+        for rid, ticket in left.items():
+            model, usage, note = answer_usage(provider, ticket, "still unanswered when the relay closed")
+            self.settle(rid, model, usage, time.monotonic() - ticket.start, note)
 
 
 # -- reading usage off the wire ---------------------------------------------------------------
@@ -178,6 +285,34 @@ def responses_usage(usage: dict[str, Any]) -> Usage:
                  output_tokens=usage.get("output_tokens") or 0, cache_read=cached)
 
 
+def request_worst_case(meter: Meter, provider: Provider, route: str, body: Any, size: int) -> Ticket:
+    """A ticket for one metered request, reserving the most it can cost: its body's size in input tokens
+    (`BYTES_PER_TOKEN`) and its output limit (`DEFAULT_MAX_OUTPUT` when it names none)."""
+    body = body if isinstance(body, dict) else {}
+    model = body.get("model") if isinstance(body.get("model"), str) else ""
+    names = ("max_tokens",) if provider == "anthropic" else (
+        ("max_output_tokens",) if route.endswith("/responses") else ("max_completion_tokens", "max_tokens"))
+    limits = [v for v in (body.get(n) for n in names) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    worst, cost = meter.worst_case(model, -(-size // BYTES_PER_TOKEN), max(limits) if limits else DEFAULT_MAX_OUTPUT)
+    return Ticket(route, model, worst, cost)
+
+
+def answer_usage(provider: Provider, ticket: Ticket, why: str) -> tuple[str, Usage | None, str]:
+    """(model, usage, note) to settle `ticket` with, from what of its answer was read; the note is empty for an
+    answer metered from its final usage, else says how it was metered (`why`: how the answer ended)."""
+    raw = bytes(ticket.kept)
+    events = sse_events(raw) if ticket.sse else []
+    body = None if ticket.sse else _json_or_text(raw)
+    got = metered_usage(provider, ticket.route, body, events)
+    if got is not None:
+        model, usage = got
+        cut = provider == "anthropic" and ticket.sse and not any(e.get("type") == "message_delta" for e in events)
+        return model, usage, f"metered from its message_start ({why})" if cut else ""
+    if ticket.status is None or 200 <= ticket.status < 300:  # it may have been answered (and billed) in full
+        return "", ticket.worst, f"no usage read ({why}); charged its worst case"
+    return "", None, ""  # an error answer: nothing billed
+
+
 # -- the server --------------------------------------------------------------------------------
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
@@ -196,8 +331,9 @@ class Relay:
     """
 
     def __init__(self, upstream: Upstream, meter: Meter, socket_path: Path,
-                 log: Callable[[dict[str, Any]], None] = lambda record: None):
+                 log: Callable[[dict[str, Any]], None] = lambda record: None, drain_s: float | None = None):
         self.upstream, self.meter, self.socket_path, self.log = upstream, meter, Path(socket_path), log
+        self.drain_s = DRAIN_S if drain_s is None else drain_s
         self._log_lock = threading.Lock()
         self._client = httpx.Client(timeout=httpx.Timeout(600.0, connect=15.0), follow_redirects=False, trust_env=False)
         self._server: _UnixHTTPServer | None = None
@@ -215,9 +351,12 @@ class Relay:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Admit nothing more, meter what is still out (see `Meter.drain`), then close."""
+        self.meter.closing.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        self.meter.drain(self.upstream.provider, self.drain_s)
         self._client.close()
         self.socket_path.unlink(missing_ok=True)
 
@@ -264,15 +403,27 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                 return
             closed = meter.closed()
             if closed:
-                why = "the run's budget is spent" if closed == "budget" else "the run's time is up"
-                return self._error(400, f"perfagent relay: {why}; no more requests")
+                return self._error(400, f"perfagent relay: {CLOSED[closed]}; no more requests")
             rid = uuid.uuid4().hex[:12]
             parsed = _json_or_text(body)
             if (upstream.provider == "openai" and route.endswith("/chat/completions") and isinstance(parsed, dict)
                     and parsed.get("stream") and not (parsed.get("stream_options") or {}).get("include_usage")):
                 parsed["stream_options"] = {**(parsed.get("stream_options") or {}), "include_usage": True}
                 body = json.dumps(parsed).encode()  # so the stream ends with the usage it is metered by
-            relay.record({"event": "request", "id": rid, "method": self.command, "path": route, "body": parsed})
+            ticket = None
+            if route in METERED[upstream.provider]:
+                ticket = request_worst_case(meter, upstream.provider, route, parsed, len(body))
+                why = meter.admit(rid, ticket)  # waits for one of the MAX_IN_FLIGHT slots
+                if why:
+                    relay.record({"event": "refused", "id": rid, "what": f"{self.command} {route}", "reason": why,
+                                  "worst_usd": ticket.reserved_usd, "body": parsed})
+                    if why == "reservation":
+                        return self._error(400, f"perfagent relay: the run's budget is spent: this request could "
+                                                f"cost up to ${ticket.reserved_usd:.4f}, more than is left of the "
+                                                f"${meter.max_cost_usd:g} budget; no more requests")
+                    return self._error(400, f"perfagent relay: {CLOSED[why]}; no more requests")
+            relay.record({"event": "request", "id": rid, "method": self.command, "path": route, "body": parsed,
+                          **({"worst_usd": ticket.reserved_usd} if ticket else {})})
             headers = {k: v for k, v in self.headers.items()
                        if k.lower() not in NOT_FORWARDED["request"] | SECRET_HEADERS}
             headers["accept-encoding"] = "identity"
@@ -281,36 +432,54 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                     headers["x-api-key"] = upstream.api_key
                 else:
                     headers["authorization"] = f"Bearer {upstream.api_key}"
+            ticket = ticket or Ticket(route, "", Usage(), None)  # an unmetered path holds no reservation
             start = time.monotonic()
+            ended = "it ended without its final usage"
             try:
                 with relay._client.stream(self.command, upstream.url_for(path), headers=headers,
                                           content=body if body else None) as resp:
-                    raw = self._relay_response(resp)
+                    ticket.sse = "text/event-stream" in resp.headers.get("content-type", "")
+                    ticket.status = resp.status_code
+                    broke = self._relay_response(resp, ticket.kept)
+                    ended = f"the answer broke off: {broke}" if broke else ended
             except httpx.HTTPError as e:
-                relay.record({"event": "response", "id": rid, "error": f"{type(e).__name__}: {e}"})
-                return self._error(502, f"perfagent relay: upstream unreachable: {type(e).__name__}")
-            self._meter(rid, route, resp, raw, time.monotonic() - start)
-            self._end_chunks()  # only now: an agent that exits on its last answer must find it metered
+                error = f"{type(e).__name__}: {e}"
+                if ticket.status is None:  # no answer began
+                    relay.record({"event": "response", "id": rid, "error": error})
+                    unsent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))  # never reached the provider
+                    if route in METERED[upstream.provider]:
+                        self._settle(rid, ticket, time.monotonic() - start, f"no answer: {error}", unsent)
+                    return self._error(502, f"perfagent relay: upstream unreachable: {type(e).__name__}")
+                ended = f"the answer broke off: {error}"
+            self._meter(rid, route, ticket, time.monotonic() - start, ended)
+            if ended.startswith("the answer broke off"):
+                self.close_connection = True  # the agent sees the answer cut, as it was
+            else:
+                self._end_chunks()  # only now: an agent that exits on its last answer must find it metered
 
-        def _relay_response(self, resp: httpx.Response) -> bytes:
-            """Send the upstream answer on as it arrives (chunked, unterminated); keep what is read for metering."""
+        def _relay_response(self, resp: httpx.Response, kept: bytearray) -> str:
+            """Send the upstream answer on as it arrives (chunked, unterminated), keeping what is read for metering;
+            read it to its end even when the agent has hung up, since it is billed. Why it broke off ('' if not)."""
             self.send_response(resp.status_code)
             for k, v in resp.headers.multi_items():
                 if k.lower() not in NOT_FORWARDED["response"]:
                     self.send_header(k, v)
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            kept = bytearray()
+            agent_gone = False
             try:
                 for chunk in resp.iter_bytes():
                     if len(kept) < MAX_PARSED:
                         kept += chunk
-                    if chunk:
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                        self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the agent hung up; what came is still metered
-            return bytes(kept)
+                    if chunk and not agent_gone:
+                        try:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                            self.wfile.flush()
+                        except (BrokenPipeError, ConnectionResetError):
+                            agent_gone = self.close_connection = True  # the rest is still read and metered
+            except httpx.HTTPError as e:
+                return f"{type(e).__name__}: {e}"
+            return ""
 
         def _end_chunks(self) -> None:
             try:
@@ -319,18 +488,22 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 
-        def _meter(self, rid: str, route: str, resp: httpx.Response, raw: bytes, duration_s: float) -> None:
-            is_sse = "text/event-stream" in resp.headers.get("content-type", "")
-            events = sse_events(raw) if is_sse else []
-            body = None if is_sse else _json_or_text(raw)
-            record: dict[str, Any] = {"event": "response", "id": rid, "status": resp.status_code,
+        def _settle(self, rid: str, ticket: Ticket, duration_s: float, why: str, unsent: bool = False) -> dict:
+            model, usage, note = ("", None, "") if unsent else answer_usage(upstream.provider, ticket, why)
+            cost = meter.settle(rid, model, usage, duration_s, note)
+            if usage is None:
+                return {}
+            return {"model": model or ticket.model, "usage": usage.to_dict(), "cost_usd": cost,
+                    **({"partial": note} if note else {})}
+
+        def _meter(self, rid: str, route: str, ticket: Ticket, duration_s: float, ended: str) -> None:
+            raw = bytes(ticket.kept)
+            events = sse_events(raw) if ticket.sse else []
+            record: dict[str, Any] = {"event": "response", "id": rid, "status": ticket.status,
                                       "duration_ms": round(duration_s * 1000)}
             if route in METERED[upstream.provider]:
-                got = metered_usage(upstream.provider, route, body, events)
-                if got is not None:
-                    model, usage = got
-                    record.update(model=model, usage=usage.to_dict(), cost_usd=meter.add(model, usage, duration_s))
-            record.update({"events": events} if is_sse else {"body": body})
+                record.update(self._settle(rid, ticket, duration_s, ended))
+            record.update({"events": events} if ticket.sse else {"body": _json_or_text(raw)})
             relay.record(record)
 
         def _body(self) -> bytes | None:

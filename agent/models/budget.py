@@ -12,6 +12,12 @@ The rule:
   counted (it was already paid for), and no further model call is made;
 - a cost that is unknown (a model with no price) never spends a budget: the run reports its
   cost as null and warns instead.
+
+Our loop makes one call at a time, so checking before a call and counting after it is enough.
+The relay serves an agent that may send many requests at once, so it also reserves each
+request's worst case before forwarding it (`fits_budget`): a request whose worst case does not
+fit in what is left (the spend so far plus the reservations still open) is refused and stops
+the run; the reservation is settled to the metered cost when the answer is counted.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ def has_budget(max_cost_usd: float | None) -> bool:
 def over_budget(spent_usd: float | None, max_cost_usd: float | None) -> bool:
     """The one budget rule (see the module's docstring): stop once a known cost is past a real budget."""
     return has_budget(max_cost_usd) and spent_usd is not None and spent_usd > max_cost_usd  # type: ignore[operator]
+
+
+def fits_budget(committed_usd: float, worst_usd: float | None, max_cost_usd: float | None) -> bool:
+    """Whether a call that may cost up to `worst_usd` can be made when `committed_usd` (spent plus reserved)
+    is already taken: always without a budget or without a known price, else only within the budget."""
+    return not has_budget(max_cost_usd) or worst_usd is None or committed_usd + worst_usd <= max_cost_usd  # type: ignore[operator]
 
 
 @dataclass(kw_only=True)

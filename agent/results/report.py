@@ -124,6 +124,9 @@ class AgentRun(BaseModel):
     cost_note: str = ""
     rounds: list[AgentRound] = []
     refused: list[str] = []  # what the relay refused: other hosts, other paths
+    # Answers the relay metered from less than their final usage (a stream cut or hung after its announcement,
+    # an answer still out when the run ended): "<id> (<model>): how it was metered"; their cost is in the total.
+    partial: list[str] = []
     files: dict[str, str] = {}  # kept outputs (stdout, result JSON, final diff), relative to the report
 
 

@@ -51,8 +51,13 @@ class MaxTurns(RunEnded):
 class OverBudget(RunEnded):
     subtype = "error_max_budget"
 
-    def __init__(self, cost_usd: float, budget_usd: float):
-        super().__init__(f"stopped: cost ${cost_usd:.4f} exceeded the budget of ${budget_usd:g}")
+    def __init__(self, cost_usd: float, budget_usd: float, next_usd: float | None = None):
+        """`next_usd`: the worst case of the request refused because it did not fit in what was left (the relay)."""
+        if next_usd is not None and cost_usd <= budget_usd:
+            super().__init__(f"stopped: cost ${cost_usd:.4f}; the next request could cost up to ${next_usd:.4f}, "
+                             f"more than is left of the budget of ${budget_usd:g}")
+        else:
+            super().__init__(f"stopped: cost ${cost_usd:.4f} exceeded the budget of ${budget_usd:g}")
 
 
 class TimedOut(RunEnded):

@@ -181,7 +181,7 @@ def _session(agent: ExternalAgent, binary: Path, session: Session, sealed: Seale
 def _session_end(agent: ExternalAgent, result: CommandResult, said: AgentResult, stderr: str, meter: Meter,
                  limits: Limits) -> RunExit:
     if meter.stop_reason == "budget":
-        return OverBudget(meter.total_cost_usd or 0.0, limits.max_cost_usd)
+        return OverBudget(meter.total_cost_usd or 0.0, limits.max_cost_usd, next_usd=meter.refused_worst_usd)
     if meter.stop_reason == "time" or result.timed_out:
         return TimedOut(limits.timeout_s)
     if result.exit_code != 0:
@@ -227,6 +227,10 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float) -> Non
     outcome.duration_s = time.monotonic() - start
     outcome.warnings += isolation_warnings()
     run.refused = list(meter.refused)
+    run.partial = list(meter.partial)
+    if run.partial:
+        outcome.warnings.append(f"{len(run.partial)} answer(s) metered without their final usage (cut, hung or still "
+                                "out at the end): counted from what they announced, else their worst case")
     if run.refused:
         outcome.warnings.append(f"{run.name} tried to reach what the relay does not forward (refused): "
                                 + ", ".join(run.refused[:5]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.models.base import Usage
-from agent.models.budget import Spend, has_budget, over_budget
+from agent.models.budget import Spend, fits_budget, has_budget, over_budget
 from agent.models.pricing import cost_usd, load_prices
 
 
@@ -31,3 +31,13 @@ def test_spend_counts_per_model_and_prices_the_running_total():
     assert spend.count("rules", one, prices) == 0.0  # an offline model costs nothing
     assert spend.count("no-such-model", one, prices) is None
     assert spend.total_cost_usd is None and not spend.over(0.000001)
+
+
+@pytest.mark.parametrize("budget, committed, worst, fits", [
+    (None, 100.0, 5.0, True), (0, 100.0, 5.0, True),  # no budget: anything goes
+    (1.0, 0.5, 0.5, True), (1.0, 0.5, 0.51, False),  # a reservation must fit in what is left
+    (1.0, 0.0, 1.2, False),  # a call that may cost more than the whole budget is never made
+    (1.0, 0.9, None, True),  # an unknown price never spends a budget
+])
+def test_a_reservation_fits_the_budget_or_is_refused(budget, committed, worst, fits):
+    assert fits_budget(committed, worst, budget) is fits
