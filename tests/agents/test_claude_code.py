@@ -136,12 +136,13 @@ def test_a_feedback_round_fixes_a_failing_change(tmp_path, fake_server, secret_k
 
 def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
-    big = {"input_tokens": 400_000, "output_tokens": 10}  # $1.20 at Sonnet's prices: over a $0.50 budget
+    # $1.20 at Sonnet's prices; the next request's worst case (Claude Code's max_tokens) no longer fits in $1.50
+    big = {"input_tokens": 400_000, "output_tokens": 10}
     fake_server.script([bash("echo one", usage=big), bash("echo two"), bash("echo three"), final("done")])
-    report = run_claude(task, fake_server, tmp_path, max_cost_usd=0.5)
+    report = run_claude(task, fake_server, tmp_path, max_cost_usd=1.5)
 
     assert report.subtype == "error_max_budget" and report.is_error
-    assert "exceeded the budget of $0.5" in report.result
+    assert "more than is left of the budget of $1.5" in report.result
     assert len(fake_server.requests) == 1  # nothing after the budget was spent reached the provider
     assert report.total_cost_usd == pytest.approx(1.20015)
 
