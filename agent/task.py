@@ -8,6 +8,7 @@ the repo is asked where the task is used (`agent.env.workspace.check_task_base`)
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Literal
@@ -48,6 +49,9 @@ class SetupSpec(_Spec):
         return self
 
 
+_PLUGIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
 class CorrectnessSpec(_Spec):
     command: str = Field(min_length=1)
     poison: bool = True
@@ -57,6 +61,12 @@ class CorrectnessSpec(_Spec):
     kernels: list[str] = []
     # Also run the command under compute-sanitizer's initcheck (uninitialised device memory reads; CUDA only).
     initcheck: bool = False
+    # The pytest plugins the tests need, as `pytest -p NAME` takes them (a module, e.g. "xdist.plugin", or
+    # an installed plugin's entry-point name, e.g. "xdist", "anyio"). Nothing else is loaded: the command
+    # runs with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, so no installed plugin and none a patch ships as
+    # package metadata (a *.dist-info/entry_points.txt on sys.path) joins in; these come as `-p NAME`
+    # in PYTEST_ADDOPTS.
+    plugins: list[str] = []
     timeout_s: float = Field(default=900, gt=0)
 
     @model_validator(mode="after")
@@ -66,6 +76,9 @@ class CorrectnessSpec(_Spec):
         bad = [k for k in self.kernels if "." not in k.strip(".")]
         if bad:
             raise ValueError(f"kernels must be dotted names (module.function), not {', '.join(map(repr, bad))}")
+        bad = [p for p in self.plugins if not _PLUGIN_NAME.match(p)]
+        if bad:
+            raise ValueError(f"plugins must be plugin names as `pytest -p` takes them, not {', '.join(map(repr, bad))}")
         return self
 
     @property

@@ -31,7 +31,7 @@ from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.sides import CheckError, Sides
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.checks.stats import preload as preload_stats
-from agent.env.workspace import Workspace
+from agent.env.workspace import Workspace, patch_paths
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
     except CheckError as err:
         return e.model_copy(update={"error": str(err)})
     try:
-        _gather(sides, cand, e, quick=quick, perf=perf, reference=reference, measuring=measuring)
+        _gather(sides, cand, e, patch_paths(patch), quick=quick, perf=perf, reference=reference,
+                measuring=measuring)
     except CheckError as err:
         e.error = str(err)
     finally:
@@ -69,16 +70,21 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
     return e
 
 
-def _gather(sides: Sides, cand: Workspace, e: Evidence, *, quick: bool, perf: bool, reference: bool,
-            measuring: Measuring) -> None:
+def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, quick: bool, perf: bool,
+            reference: bool, measuring: Measuring) -> None:
+    """`written`: the paths the patch writes, as git reads the patch; the staged change must show each."""
     spec = sides.task.spec
     e.diff_stats = diff_stats(cand)  # stages everything
     files = cand.changed_files()
     diff = cand.repo.git.diff("--cached", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", cand.base_commit)
     changed = added_lines(diff)
     e.integrity = check_integrity(cand.root, sides.baseline().root, files, installed=sides.installed(),
-                                  is_test=lambda p: is_test_path(p, spec.protected),
+                                  is_test=lambda p: is_test_path(p, sides.protected),
                                   lines={f.path: set(f.lines) for f in changed})
+    hidden = [f"{p}: the patch writes it but the checks' staged change does not show it (hidden from them)"
+              for p in cand.unstaged(written)]
+    if hidden:  # what is applied is what is judged: never a file the checks cannot see
+        e.integrity = e.integrity.model_copy(update={"refused": [*e.integrity.refused, *hidden]})
     e.protected_violations = cand.restore_paths(sides.protected)
     if e.integrity.refused:  # nothing of a patch that rewires the tests is run
         return

@@ -1,7 +1,8 @@
 """Running the task's correctness command: plain, and poisoned (uninitialised memory = NaN).
 
 Both runs see the workspace first on PYTHONPATH and our sitecustomize before it; the
-environment comes from `base_env`, so API keys never reach the target's code.
+environment comes from `base_env`, so API keys never reach the target's code. pytest loads
+only the plugins the task names (`pytest_env`), never one found through installed metadata.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from agent.checks.evaluation import CommandRun
 from agent.env.sandbox import CommandResult, base_env
@@ -35,8 +36,15 @@ def install_hook(folder: Path) -> Path:
     return folder
 
 
-def check_env(root: Path, hook_dir: Path, *, poison: bool = False, bin_dir: Path | None = None) -> dict[str, str]:
-    extra = {"PYTHONPATH": f"{hook_dir}:{root}"}
+def pytest_env(plugins: Iterable[str] = ()) -> dict[str, str]:
+    """pytest loads no plugin it finds installed (nor one a patch ships as package metadata on
+    sys.path: a `*.dist-info/entry_points.txt` in the checkout): only `plugins`, the task's."""
+    return {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": " ".join(f"-p {p}" for p in plugins)}
+
+
+def check_env(root: Path, hook_dir: Path, *, poison: bool = False, bin_dir: Path | None = None,
+              plugins: Iterable[str] = ()) -> dict[str, str]:
+    extra = {"PYTHONPATH": f"{hook_dir}:{root}", **pytest_env(plugins)}
     if poison:
         extra |= POISON_ENV
     return base_env(extra, bin_dir=bin_dir)

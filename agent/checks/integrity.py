@@ -16,12 +16,15 @@ one call of the target's interpreter).
 from __future__ import annotations
 
 import ast
+import codecs
+import io
 import json
 import math
 import os
 import re
 import subprocess
 import tempfile
+import tokenize
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Callable, Collection, Iterable
@@ -42,6 +45,8 @@ STARTUP_MODULES = {"sitecustomize", "usercustomize"}
 # Always worth refusing as shadows, even if the interpreter could not be asked.
 ALWAYS_SHADOWED = {"pytest", "_pytest", "pluggy", "py", "coverage", "torch"}
 _MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+# Source encodings a patch may declare: what Python decodes is what a reviewer and the scan read.
+SAFE_ENCODINGS = {"utf-8", "utf-8-sig", "ascii", "iso8859-1"}  # codecs.lookup(...).name: aliases included
 
 
 class Flag(BaseModel):
@@ -139,6 +144,26 @@ def _verb(before: str | None, after: str | None) -> str:
     return "adds" if before is None else "deletes" if after is None else "changes"
 
 
+def _package_metadata(path: str) -> str | None:
+    """What installed-package metadata `path` is part of, or None.
+
+    Importers read it from any directory on sys.path (the checkout's root is one): pytest's plugin
+    autoload and torch's backend autoload import the entry points a `*.dist-info/entry_points.txt`
+    names; an `.egg-link` or `__editable__*` finder adds code to the import system.
+    """
+    p = PurePosixPath(path)
+    for part in p.parts:
+        if part.endswith((".dist-info", ".egg-info")):
+            return f"package metadata ({part})"
+        if part.startswith("__editable__"):
+            return f"an editable-install hook ({part})"
+    if p.name.endswith(".egg-link"):
+        return "an .egg-link (an editable install's path entry)"
+    if p.name == "entry_points.txt":
+        return "an entry_points.txt (entry points that plugin loaders import)"
+    return None
+
+
 def _module_name(path: str) -> str | None:
     """The importable top-level name a file defines where it sits: `x.py` -> x, `x/__init__.py` -> x."""
     p = PurePosixPath(path)
@@ -175,6 +200,9 @@ def collection_violations(root: Path, base_root: Path | None, changed: list[str]
             reasons.append(f"{path}: {verb} a setup.py that declares a pytest11 plugin entry point")
         elif p.name == "conftest.py":
             reasons.append(f"{path}: {verb} a conftest.py (pytest loads it as a plugin)")
+        elif _package_metadata(path) and after is not None:
+            reasons.append(f"{path}: {verb} {_package_metadata(path)}: plugins and import hooks are the "
+                           "environment's, never a patch's")
         elif p.suffix == ".pth":
             reasons.append(f"{path}: {verb} a .pth file (run at interpreter start-up)")
         elif names & STARTUP_MODULES:
@@ -254,10 +282,40 @@ _DISPATCH = re.compile(r"torch_dispatch|_python_dispatch")  # torch's dispatch-m
 
 
 def is_test_path(path: str, protected: Iterable[str] = ()) -> bool:
-    """A test file: matches the task's protected globs, is named test_*.py / *_test.py, or is under tests/."""
-    p = PurePosixPath(path)
-    return (matches_any(path, list(protected)) or p.name.startswith("test_") or p.name.endswith("_test.py")
-            or p.name == "conftest.py" or "tests" in p.parts[:-1])
+    """A test file: one the task owns (its protected globs), so the patch's version of it never runs.
+
+    Not a file named like a test: a `pkg/test_x.py` the package imports runs like any other module.
+    """
+    return matches_any(path, list(protected))
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python decodes a source file's bytes with (BOM, or the coding cookie of its first
+    two lines); SyntaxError for one Python does not know."""
+    return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+
+
+def encoding_violations(root: Path, changed_py: list[str]) -> list[str]:
+    """One reason per changed Python file that declares an encoding other than UTF-8, ASCII or Latin-1.
+
+    A cookie such as `# -*- coding: utf-7 -*-` makes Python run code that a reader (and a scan that
+    reads UTF-8) sees as a comment.
+    """
+    reasons = []
+    for path in changed_py:
+        try:
+            data = (root / path).read_bytes()
+        except OSError:
+            continue
+        try:
+            name = codecs.lookup(source_encoding(data)).name
+        except (SyntaxError, LookupError) as e:
+            reasons.append(f"{path}: declares a source encoding Python cannot use ({e})")
+            continue
+        if name not in SAFE_ENCODINGS:
+            reasons.append(f"{path}: declares the source encoding {name!r}: Python runs what a reader of the "
+                           "UTF-8 text does not see (only utf-8, ascii and latin-1 are accepted)")
+    return reasons
 
 
 class _Scan(ast.NodeVisitor):
@@ -390,6 +448,19 @@ def _const(expr: ast.AST) -> object:
     return expr.value if isinstance(expr, ast.Constant) else None
 
 
+def _same_lines(data: bytes) -> bool:
+    """Whether Python numbers the lines of `data` as git does (a diff's line numbers then name them).
+
+    Not so where a lone CR ends a line, or the declared encoding decodes bytes into line breaks
+    (utf-7's `+AAo-`): then a file is scanned whole.
+    """
+    try:
+        text = data.decode(source_encoding(data))
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return False
+    return text.replace("\r\n", "\n").replace("\r", "\n").count("\n") == data.count(b"\n")
+
+
 def suspicious_code(root: Path, changed_py: list[str], is_test: Callable[[str], bool],
                     lines: dict[str, set[int]] | None = None) -> list[Flag]:
     """Flags for changed non-test Python files that detect pytest or assign attributes of torch.
@@ -401,17 +472,20 @@ def suspicious_code(root: Path, changed_py: list[str], is_test: Callable[[str], 
     for path in changed_py:
         if is_test(path) or not path.endswith(".py"):
             continue
-        text = _read(root, path)
-        if text is None:
+        try:
+            data = (root / path).read_bytes() if (root / path).is_file() else None
+        except OSError:
+            data = None
+        if data is None:
             continue
         try:
-            tree = ast.parse(text, filename=path)
+            tree = ast.parse(data, filename=path)  # from bytes, as Python reads it: BOM and coding cookie honoured
         except (SyntaxError, ValueError) as e:
             flags.append(Flag(path=path, line=getattr(e, "lineno", None) or 0, reason=f"not parsed: {e}"))
             continue
         scan = _Scan(tree)
         scan.visit(tree)
-        wanted = None if lines is None else lines.get(path)
+        wanted = None if lines is None or not _same_lines(data) else lines.get(path)
         seen = set()
         for node, reason in scan.hits:
             start = getattr(node, "lineno", 0)
@@ -448,7 +522,9 @@ def check_integrity(root: Path, base_root: Path | None, changed: list[str], *, i
                     is_test: Callable[[str], bool], lines: dict[str, set[int]] | None = None) -> IntegrityResult:
     """Refusals (collection, start-up, shadowing) and flags for one candidate checkout; plausibility is set later."""
     added = [p for p in changed if (root / p).is_file() and (base_root is None or not (base_root / p).exists())]
+    changed_py = [p for p in changed if p.endswith(".py")]
     return IntegrityResult(
-        refused=collection_violations(root, base_root, changed) + shadowed_modules(root, added, installed),
-        flags=suspicious_code(root, [p for p in changed if p.endswith(".py")], is_test, lines),
+        refused=(collection_violations(root, base_root, changed) + shadowed_modules(root, added, installed)
+                 + encoding_violations(root, [p for p in changed_py if not is_test(p)])),
+        flags=suspicious_code(root, changed_py, is_test, lines),
     )

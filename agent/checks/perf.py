@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, NoReturn
 
+from agent.checks.correctness import pytest_env
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, run_command, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python
@@ -119,7 +120,7 @@ def parse_metric(output: str, metric: str) -> Reading:
 
 
 def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
-    return base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir)
+    return base_env({"PYTHONPATH": str(root), **pytest_env()}, bin_dir=bin_dir)
 
 
 def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> Reading:
@@ -163,7 +164,7 @@ class Bench:
         if warm and cmd is not None and WarmPython.available():
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
-            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(bin_dir=bin_dir),
+            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir),
                                      readable=tuple(sides.values()), wipe=(*scratch_places(), str(scratch)))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:

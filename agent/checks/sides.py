@@ -171,7 +171,8 @@ class Sides:
         """The environment the correctness command runs in, in checkout `root`."""
         if self._hook is None:
             self._hook = install_hook(self.workdir / "hook")
-        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir)
+        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir,
+                         plugins=self.task.spec.correctness.plugins)
 
     def initcheck(self) -> Initcheck:
         if self._initcheck is None:

@@ -151,10 +151,14 @@ class Workspace:
                 (self.root / f).unlink(missing_ok=True)
         return restored
 
-    def apply_patch(self, patch: str) -> None:
-        """Apply a unified diff to the working tree; PatchError (and no change) when it won't."""
+    def apply_patch(self, patch: str) -> list[str]:
+        """Apply a unified diff to the working tree; PatchError (and no change) when it won't.
+
+        Returns the paths the patch writes (`patch_paths`), each staged whatever an exclude or a
+        .gitignore says: what is applied is what is judged, so no exclude hides a file a patch wrote.
+        """
         if not patch.strip():
-            return
+            return []
         for args in (["--check"], []):
             proc = subprocess.run(
                 ["git", "apply", "--whitespace=nowarn", *args, "-"],
@@ -162,9 +166,45 @@ class Workspace:
             )
             if proc.returncode != 0:
                 raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch does not apply")
+        paths = patch_paths(patch, self.root)
+        present = [p for p in paths if (self.root / p).is_file() or (self.root / p).is_symlink()]
+        if present:
+            self.repo.git.add("--force", "--", *present)
+        return paths
+
+    def unstaged(self, paths: list[str]) -> list[str]:
+        """Those of `paths` (a patch's, from `apply_patch`) that the staged change does not show."""
+        staged = set(self.changed_files())
+        return [p for p in paths if p not in staged]
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def patch_paths(patch: str, cwd: Path | None = None) -> list[str]:
+    """Every path a unified diff writes or deletes, as `git apply --numstat` reads the patch (the new
+    name of a rename). PatchError when git cannot read it."""
+    proc = subprocess.run(["git", "apply", "--numstat", "-z", "-"], cwd=cwd, input=patch.encode(),
+                          capture_output=True, env=git_env(), check=False)
+    if proc.returncode != 0:
+        raise PatchError(_one_line(proc.stderr.decode(errors="replace")) or "patch cannot be read")
+    # -z: "added\tdeleted\tpath\0", or for a rename "added\tdeleted\t\0old\0new\0"
+    fields = proc.stdout.decode("utf-8", errors="surrogateescape").split("\0")
+    out: list[str] = []
+    i = 0
+    while i < len(fields):
+        head = fields[i]
+        if not head:
+            i += 1
+            continue
+        path = head.split("\t", 2)[2] if head.count("\t") >= 2 else ""
+        if path:
+            out.append(path)
+            i += 1
+        else:
+            out += fields[i + 1:i + 3]
+            i += 3
+    return list(dict.fromkeys(p for p in out if p))
 
 
 def check_base_commit(repo: str | Path, base: str) -> None:

@@ -14,6 +14,7 @@ from agent.checks.integrity import (
     IntegrityResult,
     check_integrity,
     collection_violations,
+    encoding_violations,
     installed_top_level_modules,
     is_test_path,
     plausibility_problem,
@@ -211,9 +212,9 @@ sys.modules["torch"].zeros, torch.ones_like = None, None
 '''
 
 
-def flags_of(root: Path, files: dict[str, str], **kw) -> list[str]:
+def flags_of(root: Path, files: dict[str, str], protected: tuple[str, ...] = ("tests/**",), **kw) -> list[str]:
     write(root, files)
-    return [str(f) for f in suspicious_code(root, sorted(files), is_test_path, **kw)]
+    return [str(f) for f in suspicious_code(root, sorted(files), lambda p: is_test_path(p, protected), **kw)]
 
 
 def test_code_that_detects_pytest_is_flagged_line_by_line(tmp_path):
@@ -243,21 +244,68 @@ def test_assignments_to_torch_attributes_are_flagged_through_aliases(tmp_path):
     ]
 
 
-def test_only_changed_lines_are_flagged_when_given_and_test_files_never(tmp_path):
-    files = {"pkg/patch.py": PATCHES_TORCH, "tests/test_x.py": DETECTS_PYTEST, "pkg/test_y.py": PATCHES_TORCH,
-             "pkg/y_test.py": PATCHES_TORCH}
-    assert flags_of(tmp_path, files, lines={"pkg/patch.py": {12, 20}}) == [
+def test_only_changed_lines_are_flagged_when_given_and_the_tasks_test_files_never(tmp_path):
+    files = {"pkg/patch.py": PATCHES_TORCH, "tests/test_x.py": DETECTS_PYTEST}
+    assert flags_of(tmp_path, files, lines={"pkg/patch.py": {12, 20}, "tests/test_x.py": {1, 2, 3, 4, 5}}) == [
         "pkg/patch.py:12: assigns torch.Tensor.copy_ (monkeypatches torch for every caller)"]
+
+
+def test_a_module_named_like_a_test_that_the_task_does_not_own_is_scanned(tmp_path):
+    """`pkg/test_y.py` is imported by the package like any module: its name does not make it a test."""
+    flags = flags_of(tmp_path, {"pkg/test_y.py": PATCHES_TORCH, "pkg/y_test.py": DETECTS_PYTEST})
+    assert any(f.startswith("pkg/test_y.py:") for f in flags) and any(f.startswith("pkg/y_test.py:") for f in flags)
+
+
+UTF7_HIDDEN = (b"# -*- coding: utf-7 -*-\nimport torch\n"
+               b"# harmless +AAo-torch.empty = torch.zeros\n")
+
+
+def test_a_coding_cookie_is_honoured_and_only_utf8_ascii_latin1_are_accepted(tmp_path):
+    """The scan reads what Python runs: a utf-7 cookie hides `torch.empty = torch.zeros` in a 'comment'."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/hidden.py").write_bytes(UTF7_HIDDEN)
+    assert "torch.empty = torch.zeros" not in UTF7_HIDDEN.decode().splitlines()[2].split("#")[0]
+    flags = [str(f) for f in suspicious_code(tmp_path, ["pkg/hidden.py"], lambda p: False,
+                                             lines={"pkg/hidden.py": {3}})]
+    # Python's line 4 (the cookie's encoding decodes `+AAo-` into a line break): scanned whole, not by git's lines
+    assert flags == ["pkg/hidden.py:4: assigns torch.empty (monkeypatches torch for every caller)"]
+    for n, cookie in enumerate(["utf-8", "UTF8", "latin-1", "iso-8859-1", "ascii", "us-ascii"]):
+        (tmp_path / f"pkg/ok{n}.py").write_text(f"# -*- coding: {cookie} -*-\nx = 1\n")
+    (tmp_path / "pkg/bom.py").write_bytes(b"\xef\xbb\xbfx = 1\n")
+    (tmp_path / "pkg/cp.py").write_bytes(b"# coding: cp1252\nx = 1\n")
+    (tmp_path / "pkg/bogus.py").write_bytes(b"# coding: no-such-codec\nx = 1\n")
+    files = ["pkg/hidden.py", *[f"pkg/ok{n}.py" for n in range(6)], "pkg/bom.py", "pkg/cp.py", "pkg/bogus.py"]
+    reasons = encoding_violations(tmp_path, files)
+    assert [r.split(":")[0] for r in reasons] == ["pkg/hidden.py", "pkg/cp.py", "pkg/bogus.py"]
+    assert "'utf-7'" in reasons[0]
+    result = check_integrity(tmp_path, None, files, installed=set(), is_test=lambda p: False)
+    assert [r.split(":")[0] for r in result.refused] == ["pkg/hidden.py", "pkg/cp.py", "pkg/bogus.py"]
+
+
+def test_a_file_whose_lines_end_in_a_lone_cr_is_scanned_whole(tmp_path):
+    """git counts one line where Python counts three: the diff's line numbers say nothing about it."""
+    (tmp_path / "m.py").write_bytes(b"import torch\rx = 1\rtorch.empty = torch.zeros\r")
+    flags = [str(f) for f in suspicious_code(tmp_path, ["m.py"], lambda p: False, lines={"m.py": {1}})]
+    assert flags == ["m.py:3: assigns torch.empty (monkeypatches torch for every caller)"]
+
+
+@pytest.mark.parametrize("name", ["tinypkg-0.1.dist-info/entry_points.txt", "x.egg-info/entry_points.txt",
+                                  "src/x.egg-info/PKG-INFO", "lib/y.dist-info/METADATA", "x.egg-link",
+                                  "__editable__.x-0.1.pth.py", "__editable___x_finder.py", "pkg/entry_points.txt"])
+def test_package_metadata_and_editable_hooks_are_refused_anywhere(tmp_path, name):
+    write(tmp_path, {name: "[pytest11]\nx = x\n"})
+    reasons = collection_violations(tmp_path, None, [name])
+    assert len(reasons) == 1 and reasons[0].startswith(f"{name}: adds ") and "never a patch's" in reasons[0]
 
 
 def test_a_changed_file_that_does_not_parse_is_flagged(tmp_path):
     assert flags_of(tmp_path, {"pkg/bad.py": "def f(:\n"})[0].startswith("pkg/bad.py:1: not parsed")
 
 
-def test_is_test_path_uses_the_protected_globs_names_and_tests_folders():
-    assert is_test_path("bench/b.py", ["bench/**"])
-    assert is_test_path("pkg/test_a.py") and is_test_path("pkg/a_test.py") and is_test_path("tests/util.py")
-    assert not is_test_path("pkg/testing.py") and not is_test_path("bench/b.py")
+def test_is_test_path_is_what_the_task_owns_not_what_a_name_says():
+    assert is_test_path("bench/b.py", ["bench/**"]) and is_test_path("tests/util.py", ["tests/**"])
+    assert not is_test_path("pkg/test_a.py", ["tests/**"]) and not is_test_path("pkg/a_test.py")
+    assert not is_test_path("tests/util.py") and not is_test_path("bench/b.py")
 
 
 # -- all together ----------------------------------------------------------------------------------
