@@ -38,3 +38,12 @@ def _machine_share(request):
     """Under `pytest -n`, a test that measures timings (marked `quiet`) runs alone (helpers.machine_share)."""
     with machine_share(exclusive=request.node.get_closest_marker("quiet") is not None):
         yield
+
+
+def pytest_collection_modifyitems(items):
+    """Slow tests first, the longest (`@pytest.mark.slow(seconds=N)`) before them: under `pytest -n` the
+    long ones start while the short ones fill in beside them, instead of one running alone at the end."""
+    def order(item):
+        slow = item.get_closest_marker("slow")
+        return (slow is None, -(slow.kwargs.get("seconds", 0) if slow else 0))
+    items.sort(key=order)

@@ -32,7 +32,7 @@ def test_the_real_task_set_validates():
     assert "sglang-fa-cuda-graph" in res.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 def test_the_public_23_edit_patch_is_rejected_naming_the_modes_that_read_uninitialised_memory(tmp_path):
     patch = (PATCHES / "zeros-to-empty-23.diff").read_text()
     assert sum(line.startswith("+") and "torch.empty(" in line for line in patch.splitlines()) == 23
@@ -75,7 +75,7 @@ def test_the_safe_patch_reads_nothing_uninitialised_but_its_mla_read_sites_are_u
     assert all(s["executed"] for s in ev["read_sites"] if "use_mla" not in (s["guard"] or "")), ev["read_sites"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=350)
 def test_rules_finishes_on_real_code(tmp_path):
     """23 candidates: the scripted policy's search is not cut by a chat model's turn budget, and what it
     emits is its own final change, graded in full."""

@@ -55,7 +55,7 @@ def test_a_file_that_differs_from_the_base_is_refused(tmp_path):
         verify_rewrites(task, findings, tmp_path / "work")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_lint_fix_task_on_target_repo_keeps_its_tests_passing_and_bench_untouched(tmp_path):
     files = {str(p.relative_to(REPO / "target_repo")): p.read_text()
              for p in (REPO / "target_repo").rglob("*") if p.is_file() and "__pycache__" not in p.parts}

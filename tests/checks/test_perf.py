@@ -21,8 +21,6 @@ from agent.env.warm import WarmPython
 from agent.task import PerfSpec
 from helpers import make_patch, make_task
 
-pytestmark = pytest.mark.quiet  # it measures timings: alone under pytest -n
-
 IMPORT_ONLY = 'python -c \\"import pkg.work\\"'  # cheap correctness: executes the ITERS line, no torch
 SLOWER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 72_000")}  # exactly 1.2x the loop iterations
 FASTER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 30_000")}
@@ -176,6 +174,7 @@ def perf_checker(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # it measures timings: alone under pytest -n
 def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
     """Baseline against itself. The sequential procedure cries wolf in at most 5% of A/A runs
     (tests/bench/bench_stats.py measures it); a systematic bias (say, whoever runs second is
@@ -198,6 +197,7 @@ def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # it measures timings: alone under pytest -n
 def test_injected_20_percent_slowdown_is_found_with_the_true_ratio_in_the_interval(perf_checker, tmp_path):
     """The loop does exactly 1.2x the iterations. Right answers: "slower" with 1.2 in the interval,
     or, on a machine too noisy to tell in 20 pairs, "inconclusive" with 1.2 in the interval (honest).

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.quiet  # it measures timings: alone under pytest -n
-
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = {"environment", "target_tests", "all_empty", "reference", "a_a", "padded", "batch"}
 
@@ -26,7 +24,7 @@ def gpu_script(out: Path, *args: str, timeout: float = 900) -> tuple[subprocess.
     return proc, summary
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=120)
 def test_dry_run_passes_every_step_with_its_figures(tmp_path):
     proc, summary = gpu_script(tmp_path)
     steps = summary.get("steps", {})

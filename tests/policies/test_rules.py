@@ -149,7 +149,6 @@ def test_read_checks_blames_the_buffers_the_evidence_names():
 
 
 @pytest.mark.slow
-@pytest.mark.quiet
 def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     make_repo(tmp_path / "src", {"mini/__init__.py": "", "mini/state.py": STATE, "tests/test_state.py": TESTS,
                                  "bench.py": BENCH})
