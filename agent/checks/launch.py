@@ -36,14 +36,21 @@ class Launcher:
         self.log = log
         self._servers: dict[tuple, WarmPython | None] = {}
         self._lock = threading.Lock()
+        self._started = False
         # bwrap's --die-with-parent follows the thread that started it: servers are started from this
         # one thread, which lives as long as the launcher, not from a caller's short-lived worker.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-spawner")
+
+    @property
+    def used(self) -> bool:
+        """Whether a warm server was ever started here (so one served some run)."""
+        return self._started
 
     def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...]) -> WarmPython | None:
         key = (interpreter, writable)
         with self._lock:
             if key not in self._servers:
+                self._started = True
                 try:
                     self._servers[key] = self._spawner.submit(
                         WarmPython, interpreter, self.root, env=self.env, writable=writable, preload=preload,

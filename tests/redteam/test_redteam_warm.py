@@ -12,6 +12,8 @@ it (issue "Sealed grading, round 2", parts 1 and 6).
 |   run, and the final evaluation of a run, looks for it             |   passes (`perfagent run`, Launcher)    |
 |   (`perfagent run` replay, Launcher API)                           |                                         |
 | a test child leaves what the wipe cannot remove                    | the next run gets a new server          |
+| anything else an explored candidate's tests leave in a test server | the final (full) evaluation runs in new |
+|   (Checker: a quick check, then the graded one)                    |   servers; the old ones are closed      |
 """
 
 from __future__ import annotations
@@ -253,3 +255,27 @@ def test_the_final_evaluation_finds_nothing_an_explored_candidate_planted(tmp_pa
     assert planted, "the planting candidate was not checked"
     assert ev.get("verdict") == "pass", \
         f"the final change saw the explored candidate's marker: {ev.get('verdict')} {ev.get('reasons')}"
+
+
+@needs_warm
+def test_the_final_evaluation_runs_in_test_servers_no_explored_candidate_touched(tmp_path):
+    """Attack: whatever an explored candidate's tests leave in a warm test server that its wipe does
+    not know of; the graded (full) evaluation must not start a single test process in that server.
+    Played through the Checker, as `perfagent run` uses it: a quick check, then the final one."""
+    from agent.checks import Checker
+    from agent.task import load_task
+
+    lab = make_lab(tmp_path, perf=False)
+    explored = lab.patch({"pkg/mod.py": lambda t: t.replace("import time\n", f"import time\n\n{PLANT}")})
+    final = lab.patch({"pkg/mod.py": lambda t: t.replace("return sum(range(n))", "return n * (n - 1) // 2")})
+    with Checker(load_task(lab.task), tmp_path / "work", lock_dir=tmp_path / "locks") as checker:
+        checker.evaluate(explored, quick=True, perf=False)
+        touched = [s for s in checker.sides.tests()._servers.values() if s is not None]
+        assert touched, "the explored candidate's tests did not run warm"
+        ev = checker.evaluate(final, perf=False)
+        graded = [s for s in checker.sides.tests()._servers.values() if s is not None]
+        assert ev.verdict == "pass", ev.reasons
+        assert graded, "the final evaluation's tests did not run warm"
+        reused = [s for s in graded if any(s is t for t in touched)]
+        assert not reused, "the final evaluation ran its tests in a server an explored candidate's tests ran in"
+        assert all(t.proc.poll() is not None for t in touched), "the explored candidate's servers still run"
