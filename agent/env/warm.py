@@ -6,6 +6,11 @@ Starting the target's interpreter and importing torch costs about 2 s per proces
 machine, and an agent's run checks its candidates dozens of times. Only plain Python commands are served warm, and only
 under bubblewrap (the server must own a PID namespace to leave no process behind between
 children); everything else runs through `run_command` as before.
+
+The server's requests and replies travel on two pipes that no other process in its sandbox
+holds (not bwrap's init: it closes every fd above stdio), and the server is non-dumpable, so no
+child can open them through /proc to read the next request or answer in the server's place; the
+server checks that before it serves.
 """
 
 from __future__ import annotations
