@@ -4,7 +4,7 @@ Times a bench sample (agent.checks.perf.Bench, a stdlib bench printing its metri
 wiping /tmp and the rest after it) and a test run (agent.checks.launch.Launcher, `python t.py`),
 each on a server that is already up, and prints JSON lines {"metric", "value", "unit"}: the
 median wall time of each, in ms (torch, where installed, is imported once per server, before
-the first child, which is not timed).
+the first child, which is not timed), and what a new test server's first run costs.
 """
 
 from __future__ import annotations
@@ -54,7 +54,17 @@ def main() -> None:
             print(json.dumps({"metric": "bench_sample_ms", "value": round(ms, 2), "unit": "ms"}))
         finally:
             bench.close()
-        launcher = Launcher(root, check_env(root, install_hook(Path(tmp) / "hook")))
+        env = check_env(root, install_hook(Path(tmp) / "hook"))
+        firsts = []
+        for _ in range(5):  # what a full evaluation's new test server costs: its start and first run
+            launcher = Launcher(root, env)
+            t = time.perf_counter()
+            launcher.run("python t.py", timeout_s=60)
+            firsts.append((time.perf_counter() - t) * 1000)
+            launcher.close()
+        print(json.dumps({"metric": "test_server_first_run_ms", "value": round(statistics.median(firsts), 1),
+                          "unit": "ms"}))
+        launcher = Launcher(root, env)
         try:
             ms = _median_ms(lambda: launcher.run("python t.py", timeout_s=60), args.n)
             assert [s for s in launcher._servers.values() if s is not None], "the test runs went cold"
