@@ -56,7 +56,7 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
     if problems:
         return e.model_copy(update={"hygiene": Hygiene(ok=False, problems=problems)})
     try:
-        cand = sides.candidate(patch)
+        cand = sides.candidate(patch, fresh=not quick)
     except CheckError as err:
         return e.model_copy(update={"error": str(err)})
     try:

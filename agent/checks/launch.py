@@ -15,12 +15,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from agent.env.sandbox import CommandResult, run_command
+from agent.env.sandbox import CommandResult, run_command, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python
 
 
 class Launcher:
-    """The processes of one workspace; one warm server per interpreter and set of writable folders."""
+    """The processes of one workspace; one warm server per interpreter and set of writable folders.
+
+    A test server is wiped after every child as a bench server is (agent.env.zygote: /tmp,
+    /var/tmp, /dev/shm, the home folders, /dev, SysV IPC), so no run, and no evaluation, finds
+    what an earlier one left: the candidate's checkout itself is the caller's to scrub. A server
+    that could not be wiped is closed and replaced by a fresh one.
+    """
 
     def __init__(self, root: Path, env: dict[str, str], *, warm: bool = True,
                  log: Callable[[str], None] = lambda _: None):
@@ -30,17 +36,25 @@ class Launcher:
         self.log = log
         self._servers: dict[tuple, WarmPython | None] = {}
         self._lock = threading.Lock()
+        self._started = False
         # bwrap's --die-with-parent follows the thread that started it: servers are started from this
         # one thread, which lives as long as the launcher, not from a caller's short-lived worker.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-spawner")
+
+    @property
+    def used(self) -> bool:
+        """Whether a warm server was ever started here (so one served some run)."""
+        return self._started
 
     def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...]) -> WarmPython | None:
         key = (interpreter, writable)
         with self._lock:
             if key not in self._servers:
+                self._started = True
                 try:
                     self._servers[key] = self._spawner.submit(
-                        WarmPython, interpreter, self.root, env=self.env, writable=writable, preload=preload).result()
+                        WarmPython, interpreter, self.root, env=self.env, writable=writable, preload=preload,
+                        wipe=scratch_places()).result()
                 except OSError as e:
                     self.log(f"no warm interpreter ({e}); starting each process cold")
                     self._servers[key] = None
@@ -52,11 +66,20 @@ class Launcher:
         server = self._server(cmd.interpreter, writable, _preload(cmd.argv, cmd.module)) if cmd else None
         if server is not None:
             try:
-                return replace(server.run(cmd, timeout_s=timeout_s, env=env), command=command)
+                res = replace(server.run(cmd, timeout_s=timeout_s, env=env), command=command)
             except WarmError as e:
                 self.log(f"{e}; starting each process cold from now on")
                 with self._lock:
                     self._servers[(cmd.interpreter, writable)] = None
+            else:
+                if not server.clean:  # the next run gets a new server, which nothing has touched
+                    self.log("a test process left something behind that could not be removed; "
+                             "the next one starts in a new warm interpreter")
+                    with self._lock:
+                        if self._servers.get((cmd.interpreter, writable)) is server:
+                            del self._servers[(cmd.interpreter, writable)]
+                    server.close()
+                return res
         return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},
                            writable=writable)
 

@@ -84,14 +84,20 @@ class Sides:
             self._baseline = ws
         return self._baseline
 
-    def candidate(self, patch: str) -> Workspace:
+    def candidate(self, patch: str, *, fresh: bool = False) -> Workspace:
         """Base plus `patch`, in one folder that serves every evaluation: reset in place, so the warm
-        interpreters bound to it (and their torch import) outlive one evaluation."""
+        interpreters bound to it (and their torch import) outlive one evaluation. Their scratch places
+        are wiped after every run (agent.checks.launch); `fresh` (a full evaluation: the one that is
+        graded) also replaces them with new ones, which no earlier candidate's code has run in."""
         base = self.baseline()
         if self._slot is None:
             dest = self._side_dir("candidate")
             shutil.rmtree(dest, ignore_errors=True)
             self._slot = Workspace.create(base.root, base.base_commit, dest)
+            self._tests = None
+        if self._tests is None or (fresh and self._tests.used):
+            if self._tests is not None:
+                self._tests.close()
             self._tests = Launcher(self._slot.root, self.test_env(self._slot.root), warm=self.warm, log=self.log)
         try:
             self._slot.apply_patch(patch)

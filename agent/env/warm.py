@@ -6,6 +6,11 @@ Starting the target's interpreter and importing torch costs about 2 s per proces
 machine, and an agent's run checks its candidates dozens of times. Only plain Python commands are served warm, and only
 under bubblewrap (the server must own a PID namespace to leave no process behind between
 children); everything else runs through `run_command` as before.
+
+The server's requests and replies travel on two pipes that no other process in its sandbox
+holds (not bwrap's init: it closes every fd above stdio), and the server is non-dumpable, so no
+child can open them through /proc to read the next request or answer in the server's place; the
+server checks that before it serves.
 """
 
 from __future__ import annotations
@@ -104,15 +109,32 @@ class WarmPython:
         self._dead: str | None = None
         self._server_pids: list[int] = []
         self.clean = True  # after the last child: its writable places emptied (see `wipe`)
-        env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe)}
+        # The control channel is a pair of pipes at fds above stdio, not stdin / stdout: bubblewrap's
+        # init (PID 1 of the sandbox, dumpable, so any child could open its /proc/1/fd/N) closes every
+        # inherited fd but stdio before it waits, so inside the sandbox only the server, which is
+        # non-dumpable, holds them. Its stdin and stdout are /dev/null.
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe),
+               "PERFAGENT_CONTROL": f"{req_r},{rep_w}"}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
-        with seccomp_filter() as seccomp:
-            argv = sealed_argv(command, self.cwd, isolation().mode, real_paths(writable),
-                               (ZYGOTE.parent, *real_paths(readable)), env, ResourceLimits.default(), lifetime_s,
-                               seccomp)
-            self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-                                         pass_fds=seccomp)
+        try:
+            with seccomp_filter() as seccomp:
+                argv = sealed_argv(command, self.cwd, isolation().mode, real_paths(writable),
+                                   (ZYGOTE.parent, *real_paths(readable)), env, ResourceLimits.default(), lifetime_s,
+                                   seccomp)
+                self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             start_new_session=True, pass_fds=(*seccomp, req_r, rep_w))
+        except BaseException:
+            os.close(req_w)
+            os.close(rep_r)
+            raise
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self.requests = os.fdopen(req_w, "wb")  # JSON lines to the server
+        self.replies = os.fdopen(rep_r, "rb")  # and its answers
 
     @staticmethod
     def available() -> bool:
@@ -121,18 +143,17 @@ class WarmPython:
     def _read(self, timeout_s: float) -> dict:
         """The server's next reply line. A child can SIGSTOP the server, its parent, which then
         enforces no timeout: seen stopped, the server counts as dead at once."""
-        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, min(POLL_S, left)))
+            ready, _, _ = select.select([self.replies], [], [], max(0.0, min(POLL_S, left)))
             if ready or left <= POLL_S:
                 break
             if any(_stopped(pid) for pid in self._server_pids):
                 self.close()
                 self._dead = "the warm interpreter was stopped"
                 raise WarmError(self._dead)
-        line = self.proc.stdout.readline() if ready else b""
+        line = self.replies.readline() if ready else b""
         if not line:
             self.close()
             self._dead = "the warm interpreter did not answer" if not ready else "the warm interpreter exited"
@@ -142,6 +163,10 @@ class WarmPython:
     def _wait_ready(self) -> None:
         if not self._ready:
             hello = self._read(START_TIMEOUT_S)
+            if not hello.get("ready"):
+                self.close()
+                self._dead = f"the warm interpreter refused to serve: {hello.get('error')}"
+                raise WarmError(self._dead)
             self.preloaded, self._ready = hello.get("preloaded", []), True
             self._server_pids = _descendants(self.proc.pid)  # no child forked yet: all the server's
 
@@ -153,13 +178,12 @@ class WarmPython:
             if self._dead:
                 raise WarmError(self._dead)
             self._wait_ready()
-            assert self.proc.stdin is not None
             request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
                        "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path)}
             start = time.monotonic()
             try:
-                self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-                self.proc.stdin.flush()
+                self.requests.write(json.dumps(request).encode() + b"\n")
+                self.requests.flush()
             except OSError:
                 self.close()
                 raise WarmError("the warm interpreter exited") from None
@@ -178,9 +202,8 @@ class WarmPython:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        for pipe in (self.requests, self.replies):
+            try:
+                pipe.close()
+            except OSError:
+                pass

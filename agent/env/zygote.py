@@ -2,7 +2,8 @@
 child per command, so a test run no longer pays torch's start-up.
 
 Runs as a script in the *target's* interpreter (stdlib only, CPython 3.9+), started by
-`agent.env.warm`. Requests and replies are JSON lines on stdin / stdout. Each child
+`agent.env.warm`. Requests and replies are JSON lines on two pipes at the fds PERFAGENT_CONTROL
+names, which no other process in the sandbox holds (bwrap's init closes them). Each child
 - is forked before it imports any of the workspace's code, so every run is a separate
   process of the code under test;
 - gets its own session and a capped pipe for stdout + stderr;
@@ -47,6 +48,26 @@ def _ancestors():
         except (OSError, ValueError, IndexError):
             break
     return keep
+
+
+def _holders(fds):
+    """Every other process of the sandbox that holds one of the pipes `fds` (and so could read our
+    requests or forge our replies): whatever this process can see of them, a child could too."""
+    mine = {(st.st_dev, st.st_ino) for st in map(os.fstat, fds)}
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in mine:
+                found.append(f"/proc/{pid}/fd/{name}")
+    return found
 
 
 def _sweep(keep):
@@ -257,11 +278,11 @@ def _collect(pid, read_fd, timeout_s, limit):
 
 
 def main():
-    control_in, control_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(devnull, fd)
-    os.close(devnull)
+    # The control pipes come at the fds PERFAGENT_CONTROL names (stdin and stdout are /dev/null):
+    # bwrap's init closes those, so this process, non-dumpable below, is the sandbox's only holder.
+    control_in, control_out = (int(fd) for fd in os.environ.pop("PERFAGENT_CONTROL").split(","))
+    for fd in (control_in, control_out):
+        os.set_inheritable(fd, False)
     loaded = []
     for name in filter(None, os.environ.get("PERFAGENT_PRELOAD", "").split(",")):
         try:
@@ -285,6 +306,10 @@ def main():
         writer.write(json.dumps(obj).encode() + b"\n")
         writer.flush()
 
+    held = _holders((control_in, control_out))
+    if held:  # bwrap's init did not close them: a child could answer for us, so serve nothing
+        reply({"ready": False, "error": f"the control pipes are held by {', '.join(held)}"})
+        return
     reply({"ready": True, "preloaded": loaded, "python": sys.version.split()[0]})
     for line in reader:
         req = json.loads(line)

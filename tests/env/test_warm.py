@@ -133,3 +133,26 @@ def test_a_server_outlives_the_thread_that_first_used_it(tmp_path):
         assert [s for s in launcher._servers.values() if s is not None and s.proc.poll() is None], "still running"
     finally:
         launcher.close()
+
+
+def test_a_server_refuses_to_serve_while_another_process_holds_its_pipes(tmp_path):
+    """The server's own check before it serves: any process whose fds show its control pipes (as
+    bwrap's init's did) could read its requests and forge its replies, so it names it and stops."""
+    import os
+    import subprocess
+
+    from agent.env import zygote
+
+    r, w = os.pipe()
+    try:
+        assert not zygote._holders((r, w)), "the server itself is not another holder"
+        other = subprocess.Popen(["sleep", "30"], pass_fds=(r,))
+        try:
+            held = zygote._holders((r, w))
+        finally:
+            other.kill()
+            other.wait()
+        assert held == [f"/proc/{other.pid}/fd/{r}"], held
+    finally:
+        os.close(r)
+        os.close(w)

@@ -12,6 +12,9 @@ perfagent, played as that agent would — a `replay:` trajectory whose tool call
 | redteam/test_redteam_tools.py   | hardlinks, grep through symlinks, a symlink swap race                    |
 | redteam/test_redteam_run.py     | killing the harness (KILL, TERM), daemons that outlive a call and        |
 |                              |   rewrite report.json, `--run-id ../escape`                              |
+| redteam/test_redteam_warm.py    | a bench / test child opening the warm server's control pipes through     |
+|                              |   /proc (bwrap's init) and forging replies, a marker planted in a test   |
+|                              |   server's /tmp for a later evaluation, a test server left unwipeable    |
 | redteam/test_redteam_hacks.py   | pytest config in every form, conftest, shadow pytest.py, sitecustomize,  |
 |                              |   .pth, pytest detection, torch monkeypatching, forged metric lines,     |
 |                              |   a .pth planted in the venv, a slowed baseline                          |
