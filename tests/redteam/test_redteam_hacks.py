@@ -32,19 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from redteam.lab import SAFE_EDIT, call, make_lab
+from redteam.lab import PLUGIN, SAFE_EDIT, call, make_lab
 
-PLUGIN = '''import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-    return report
-'''
 SHADOW_PYTEST = '''import sys
 
 from pkg.mod import work

@@ -18,19 +18,8 @@ and the integrity scan reads what Python runs. Each attack is a patch graded wit
 
 from __future__ import annotations
 
-from redteam.lab import SAFE_EDIT, make_lab
+from redteam.lab import PLUGIN, SAFE_EDIT, make_lab
 
-PLUGIN = '''import pytest
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-    return report
-'''
 METADATA = "Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"
 ENTRY_POINTS = "[pytest11]\n{name} = {module}\n"
 
