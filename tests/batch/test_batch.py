@@ -229,6 +229,7 @@ def test_ray_missing_is_a_clean_error(project, monkeypatch, capsys):
 
 # -- real batches ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.quiet  # the batch measures its jobs
 def test_local_batch_end_to_end(e2e, capsys):
     root, tasks, models, code = e2e
     assert code == 1  # the bad model's jobs end error_max_turns: failures, so the batch exits 1
@@ -316,6 +317,7 @@ def test_each_job_sees_one_gpu(project):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # shares the end-to-end batch, which measures its jobs
 def test_ray_executor_matches_local(e2e):
     """The first sample of t1 and tgpu on a local Ray cluster: the same verdicts and counts as the
     local executor gave those jobs in the end-to-end run."""
