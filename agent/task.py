@@ -117,6 +117,9 @@ class TaskSpec(_Spec):
     focus: list[str] = []
     protected: list[str] = []
     requires_gpu: bool = False
+    # Folders the task's commands read besides the checkout and their Python (model weights, a
+    # dataset): every sandbox shows them read-only; nothing else outside the system folders exists there.
+    read: list[str] = []
     setup: SetupSpec | None = None
     correctness: CorrectnessSpec
     perf: PerfSpec | None = None
@@ -140,6 +143,7 @@ class Task(BaseModel):
     file: Path
     repo: str  # absolute path of a local repo/folder, or a git URL as written
     reference_patch: Path | None = None
+    read: tuple[Path, ...] = ()  # spec.read, resolved
 
     @property
     def id(self) -> str:
@@ -214,7 +218,13 @@ def load_task(path: str | Path) -> Task:
         reference = resolve_near(file, spec.reference.patch)
         if reference is None or not reference.is_file():
             raise TaskError(f"{file}: reference.patch: file not found: {spec.reference.patch}")
-    return Task(spec=spec, file=file.resolve(), repo=repo, reference_patch=reference)
+    read = []
+    for folder in spec.read:
+        found = resolve_near(file, folder)
+        if found is None:
+            raise TaskError(f"{file}: read: path not found: {folder}")
+        read.append(found)
+    return Task(spec=spec, file=file.resolve(), repo=repo, reference_patch=reference, read=tuple(read))
 
 
 def task_files(path: str | Path) -> list[Path]:

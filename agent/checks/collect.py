@@ -166,7 +166,7 @@ def _bench_sides(sides: Sides, cand: Workspace, reference: bool) -> dict[str, Pa
 def _bench(sides: Sides, bench_sides: dict[str, Path]) -> Bench:
     assert sides.task.spec.perf is not None
     return Bench(sides.task.spec.perf, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
-                 warm=sides.warm)
+                 read=sides.task.read, warm=sides.warm)
 
 
 def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, *, quick: bool,

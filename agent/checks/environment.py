@@ -16,7 +16,7 @@ from pathlib import Path
 
 from agent.checks.evaluation import Environment
 from agent.env.gpu import first_visible
-from agent.env.sandbox import base_env, isolation, run_command
+from agent.env.sandbox import ResourceLimits, base_env, isolation, run_command
 
 # Reads torch/version.py on its own: importing torch would cost seconds per checker.
 _PROBE = r"""
@@ -82,10 +82,10 @@ def device_name(gpu: str | None) -> str:
     return f"cuda:{visible or '0'}"
 
 
-def probe(root: Path, bin_dir: Path | None = None) -> Environment:
+def probe(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> Environment:
     """Run once per checker, in the baseline workspace, with the task's interpreter."""
     res = run_command(f"python -c {shlex.quote(_PROBE)}", root, timeout_s=120,
-                      env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir))
+                      env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir, read=read))
     info: dict = {}
     for line in res.output.splitlines():
         if line.startswith("PERFAGENT_ENV "):
@@ -94,7 +94,9 @@ def probe(root: Path, bin_dir: Path | None = None) -> Environment:
     name = card.name if card else None
     return Environment(cpu=cpu_model(), cpu_count=os.cpu_count(), gpu=name, gpu_driver=card.driver if card else None,
                        torch=info.get("torch"), cuda=info.get("cuda"), python=info.get("python"),
-                       platform=platform.platform(), isolation=isolation().mode, device=device_name(name),
+                       platform=platform.platform(), isolation=isolation().mode,
+                       limits=ResourceLimits.default().describe() if isolation().mode == "bwrap" else None,
+                       device=device_name(name),
                        gpu_sm_clock_mhz=card.sm_clock_mhz if card else None,
                        gpu_mem_clock_mhz=card.mem_clock_mhz if card else None,
                        gpu_max_sm_clock_mhz=card.max_sm_clock_mhz if card else None,

@@ -193,6 +193,7 @@ class Environment(BaseModel):
     base_commit: str | None = None
     candidate_commit: str | None = None
     isolation: str | None = None
+    limits: str | None = None  # the sandbox's resource caps, in words (agent.env.sandbox.ResourceLimits)
     device: str | None = None
     # Clocks as probed (once per checker): a timing means little without them (boost, throttling, pinning).
     gpu_sm_clock_mhz: int | None = None

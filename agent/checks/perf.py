@@ -17,6 +17,7 @@ at `max_pairs` an answer that is still unclear is "inconclusive".
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -119,13 +120,14 @@ def parse_metric(output: str, metric: str) -> Reading:
     return found
 
 
-def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
-    return base_env({"PYTHONPATH": str(root), **pytest_env()}, bin_dir=bin_dir)
+def perf_env(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> dict[str, str]:
+    return base_env({"PYTHONPATH": str(root), **pytest_env()}, bin_dir=bin_dir, read=read)
 
 
-def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None) -> Reading:
+def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None,
+              read: tuple[Path, ...] = ()) -> Reading:
     """One bench process, started from scratch in its own sandbox."""
-    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir))
+    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir, read))
     return _metric(side, res, spec)
 
 
@@ -143,7 +145,11 @@ class Bench:
     """One bench sample per call, for every side of one sampling.
 
     Warm: a child forked from one server that has imported torch, in a sandbox where every
-    side's checkout is read-only. The child imports its side's code from scratch. Every child
+    side's checkout is read-only, at /perfagent/side-N/<name> (apart from the shared scratch places,
+    so a Landlock rule can take the other sides from a child without taking its /tmp). Before it
+    imports its side's code from scratch, the child loses read access to every other side's
+    checkout for good (agent.env.zygote._hide), so a candidate cannot time the reference's code
+    as its own, and where the kernel has no Landlock the samples are run cold. Every child
     shares the server's memory layout, which biases timings by up to 0.88x-1.15x between two
     servers; one server for all sides makes that bias common to a round's samples, so it cancels
     in their ratios. After each child the server kills what it left running, empties /tmp,
@@ -156,23 +162,29 @@ class Bench:
     """
 
     def __init__(self, spec: PerfSpec, sides: dict[str, Path], scratch: Path, *, bin_dir: Path | None = None,
-                 warm: bool = True):
-        self.bin_dir = bin_dir
+                 read: tuple[Path, ...] = (), warm: bool = True):
+        self.bin_dir, self.read = bin_dir, read
+        # where the warm server's sandbox shows each side's checkout: same length for every side
+        self.inside = {side: Path("/perfagent") / f"side-{n}" / root.name
+                       for n, (side, root) in enumerate(sides.items())}
         self.server: WarmPython | None = None
         self.mode = "fresh processes"  # how the samples were started, for the report
         self.cmd = cmd = parse_python(spec.command)
         if warm and cmd is not None and WarmPython.available():
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
-            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir),
-                                     readable=tuple(sides.values()), wipe=(*scratch_places(), str(scratch)))
+            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir, read=read),
+                                     readable=tuple((Path(os.path.realpath(sides[side])), place)
+                                                    for side, place in self.inside.items()),
+                                     wipe=(*scratch_places(), str(scratch)))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
         if self.server is None or self.cmd is None:
-            return run_bench(side, root, spec, self.bin_dir)
+            return run_bench(side, root, spec, self.bin_dir, self.read)
         try:
-            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, env={"PYTHONPATH": str(root)}, cwd=root,
-                                  path=(str(root),))
+            place = self.inside[side]
+            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, env={"PYTHONPATH": str(place)}, cwd=place,
+                                  path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place))
         except WarmError as e:
             self._cold(f"the warm bench server ended ({e})")
         if not self.server.clean:
@@ -182,7 +194,7 @@ class Bench:
         except BenchError as e:
             if res.timed_out:
                 raise
-            run_bench(side, root, spec, self.bin_dir)  # raises if it fails from scratch as well
+            run_bench(side, root, spec, self.bin_dir, self.read)  # raises if it fails from scratch as well
             self._cold(f"the {side} bench fails forked ({tail(str(e), 300)}) but not from scratch")
 
     def _cold(self, why: str) -> NoReturn:

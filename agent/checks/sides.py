@@ -20,7 +20,7 @@ from agent.checks.integrity import installed_top_level_modules
 from agent.checks.launch import Launcher
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
-from agent.env.sandbox import base_env, run_command
+from agent.env.sandbox import base_env, hidden_paths, run_command
 from agent.env.workspace import PatchError, Workspace
 from agent.task import Task
 from agent.util.files import empty_folder
@@ -76,6 +76,11 @@ class Sides:
             shutil.rmtree(dest, ignore_errors=True)
             self.log(f"creating the baseline workspace at {self.task.spec.base}")
             ws = Workspace.create(self.task.repo, self.task.spec.base, dest)
+            try:
+                self._check_paths(ws.root)
+            except CheckError:
+                ws.cleanup()
+                raise
             setup = self.setup(ws)
             if setup is not None and not setup.passed:
                 ws.cleanup()
@@ -83,6 +88,18 @@ class Sides:
                                  f"{tail(setup.output_tail, 500)}")
             self._baseline = ws
         return self._baseline
+
+    def _check_paths(self, root: Path) -> None:
+        """A task whose command names a folder its sandbox hides cannot pass on any change: say so
+        before anything runs, instead of blaming the change for the exit 127 that follows."""
+        spec = self.task.spec
+        env = base_env({"PYTHONPATH": str(root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
+        for what, command in (("setup", spec.setup and spec.setup.command), ("tests", spec.correctness.command),
+                              ("bench", spec.perf and spec.perf.command)):
+            for path in hidden_paths(command or "", root, env):
+                raise CheckError(f"the task's {what} command names {path}, which its sandbox does not show "
+                                 f"(only system folders, the checkout and the task's Python are there): "
+                                 f"list the folder in the task's `read`")
 
     def candidate(self, patch: str, *, fresh: bool = False) -> Workspace:
         """Base plus `patch`, in one folder that serves every evaluation: reset in place, so the warm
@@ -156,12 +173,12 @@ class Sides:
         if spec is None or spec.command is None:
             return None
         self.log(f"setup: {spec.command}")
-        env = base_env({"PYTHONPATH": str(ws.root)}, bin_dir=self.interpreter().bin_dir)
+        env = base_env({"PYTHONPATH": str(ws.root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
         return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s, env=env))
 
     def environment(self) -> Environment:
         if self._env is None:
-            self._env = probe(self.baseline().root, self.interpreter().bin_dir)
+            self._env = probe(self.baseline().root, self.interpreter().bin_dir, self.task.read)
         return self._env
 
     def installed(self) -> frozenset[str]:
@@ -177,7 +194,7 @@ class Sides:
         """The environment the correctness command runs in, in checkout `root`."""
         if self._hook is None:
             self._hook = install_hook(self.workdir / "hook")
-        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir,
+        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir, read=self.task.read,
                          plugins=self.task.spec.correctness.plugins)
 
     def initcheck(self) -> Initcheck:

@@ -1,16 +1,18 @@
 """Run one shell command sealed off from the host: the only way agent and task code ever runs.
 
 With bubblewrap (Debian package `bubblewrap`) every command gets:
-- a read-only view of the machine, where the working folder (and any `writable` folder the
-  caller names) is the only writable place, beside a private /tmp that vanishes afterwards;
-- home folders (`$HOME`, /root, /home) replaced by empty ones, with only the Python prefixes
-  and PATH folders the command needs mounted back read-only, so `~/.ssh` and the like stay out;
+- an allow-list of the machine: the system folders read-only, then only what the command needs
+  (its Python prefixes, PATH and PYTHONPATH folders, the task's `read` folders) read-only, and
+  the working folder (and any `writable` folder the caller names) writable, beside a private
+  /tmp that vanishes afterwards; no task folder, reference patch, other checkout or results;
+- home folders (`$HOME`, /root, /home) empty, so `~/.ssh` and the like stay out;
 - the workspace's `.git` read-only, so nothing the command does can plant git config or hooks;
 - its own PID namespace and /proc: no harness process is visible (no /proc/<pid>/environ, no
   nsenter, no kill), and when the command ends every process it started ends with it;
 - no network, no shared IPC, no kernel keyrings (a seccomp filter: the user keyring is the
   host's, so a key added in one sandbox would be found in the next and by the host), and
-  limits on memory, file size, processes and CPU time.
+  limits: a cgroup for memory (shared memory included) and processes, for root too
+  (agent.env.cgroup), sized tmpfs, and per process memory, file size and CPU time.
 
 Output goes through a pipe to a reader that keeps only the head and the tail, so a command
 that prints gigabytes costs a bounded amount of memory. Where bubblewrap cannot run, the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import platform
 import select
+import shlex
 import shutil
 import signal
 import struct
@@ -36,6 +39,8 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
+from agent.env import cgroup
+
 DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
 PASSTHROUGH_ENV = (
@@ -46,6 +51,9 @@ PASSTHROUGH_ENV = (
 # says what is mounted back from under them.
 HIDDEN_HOMES = ("/root", "/home")
 PRIVATE_TMPS = ("/tmp", "/var/tmp")
+# The machine's own software, shown read-only; every other folder of the root is absent inside.
+SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/nix")
+READ_VAR = "PERFAGENT_READ"  # the task's declared `read` folders, in the environment it passes
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                "/dev/nvidia-caps", "/dev/dri")
 # What each isolation mode leaves open, in words a report can carry.
@@ -73,8 +81,10 @@ class ResourceLimits:
     """Per-process limits (setrlimit), applied inside the sandbox before the command starts.
 
     Memory is RLIMIT_DATA, not RLIMIT_AS: CUDA reserves terabytes of address space it never
-    touches. The process count is not enforced for root (the kernel exempts it); the PID
-    namespace and the timeout still end a fork bomb with the command.
+    touches. The kernel exempts root from the process count and RLIMIT_DATA misses tmpfs pages,
+    so where it can the sandbox also gets a cgroup (agent.env.cgroup) that caps memory, shared
+    memory included, and processes for all of its processes together, and each private tmpfs
+    gets a size.
     """
 
     memory_bytes: int
@@ -82,13 +92,29 @@ class ResourceLimits:
     processes: int = 4096
     cpu_s: int | None = None  # default: the timeout times the cores, so threads can use them all
 
+    @property
+    def tmpfs_bytes(self) -> int:
+        """The size of each private tmpfs (/tmp, /var/tmp, /dev/shm, the homes)."""
+        return max(64 << 20, self.memory_bytes // 4)
+
+    def describe(self) -> str:
+        """The caps in words, for the report's environment."""
+        gib = 1 << 30
+        whole = (f"cgroup: memory {self.memory_bytes / gib:.1f} GiB with shared memory, {self.processes} processes"
+                 if cgroup.available() else "no cgroup: memory and processes capped per process only")
+        return f"{whole}; tmpfs {self.tmpfs_bytes / gib:.1f} GiB each; files {self.file_bytes / gib:.0f} GiB"
+
     @classmethod
     def default(cls) -> ResourceLimits:
+        """75% of RAM and 4096 processes, unless PERFAGENT_SANDBOX_MEMORY ("8G", "512M") or
+        PERFAGENT_SANDBOX_PROCESSES say otherwise."""
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
             total = 16 << 30
-        return cls(memory_bytes=int(total * 0.75))
+        memory = _size(os.environ.get("PERFAGENT_SANDBOX_MEMORY", "")) or int(total * 0.75)
+        processes = os.environ.get("PERFAGENT_SANDBOX_PROCESSES", "")
+        return cls(memory_bytes=memory, processes=int(processes) if processes.isdigit() else cls.processes)
 
     def shell_prefix(self, timeout_s: float) -> str:
         cpu = self.cpu_s or int(timeout_s * (os.cpu_count() or 1)) + 60
@@ -96,6 +122,14 @@ class ResourceLimits:
         # a limit that cannot be raised (already lower) must not keep the others from being set.
         limits = {"-d": self.memory_bytes // 1024, "-f": self.file_bytes // 1024, "-u": self.processes, "-t": cpu}
         return "".join(f"ulimit {flag} {value} 2>/dev/null; " for flag, value in limits.items()) + "\n"
+
+
+def _size(text: str) -> int | None:
+    """ "512M", "8G", "1073741824" -> bytes; None for anything else."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    number, unit = (text[:-1], text[-1]) if text[-1:] in ("K", "M", "G") else (text, "")
+    return int(float(number) * units[unit]) if number.replace(".", "", 1).isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -178,10 +212,14 @@ def seccomp_filter(wanted: bool = True) -> Iterator[tuple[int, ...]]:
         os.close(fd)
 
 
-def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None) -> dict[str, str]:
+def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None,
+             read: tuple[Path, ...] = ()) -> dict[str, str]:
     """A small, predictable environment, no secrets: first on PATH the task's own Python (`bin_dir`,
-    see agent.env.interpreter) if it has one, else ours."""
+    see agent.env.interpreter) if it has one, else ours; the task's `read` folders named for the
+    sandbox (which shows them read-only)."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    if read:
+        env[READ_VAR] = os.pathsep.join(map(str, read))
     env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent),
                                    os.environ.get("PATH", "/usr/bin:/bin")])
     if bin_dir is not None:
@@ -195,20 +233,32 @@ def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None
 
 
 # -- the bubblewrap command line ----------------------------------------------------------------
-def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: tuple[Path, ...] = (),
-                seccomp: tuple[int, ...] = ()) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+Readable = tuple[Path | tuple[Path, Path], ...]  # folders, or (folder, where the sandbox shows it) pairs
+
+
+def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: Readable = (),
+                seccomp: tuple[int, ...] = (), tmpfs_bytes: int | None = None) -> list[str]:
+    """An allow-list: the system folders, then exactly the folders the command needs (its Python,
+    its PATH, its PYTHONPATH, `readable`) read-only and its own folders writable; nothing else of
+    the machine exists inside (no task folder, no reference patch, no other checkout, no results)."""
+    argv = ["bwrap"]
+    for top in SYSTEM_ROOTS:
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    argv += ["--dev", "/dev", "--proc", "/proc"]
     for fd in seccomp:
         argv += ["--seccomp", str(fd)]
-    for tmp in PRIVATE_TMPS:
-        argv += ["--tmpfs", tmp]
+    size = ["--size", str(tmpfs_bytes)] if tmpfs_bytes else []
+    homes = _hidden_homes()
+    for tmp in (*PRIVATE_TMPS, "/dev/shm", *map(str, homes)):
+        argv += [*size, "--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
         argv += ["--dev-bind-try", dev, dev]
-    homes = _hidden_homes()
-    for home in homes:
-        argv += ["--tmpfs", str(home)]
-    for path in [*_needed_binds([*homes, *map(Path, PRIVATE_TMPS)], env), *readable]:
-        argv += ["--ro-bind-try", str(path), str(path)]
+    for item in [*_needed_binds(env), *readable]:
+        source, place = item if isinstance(item, tuple) else (item, item)
+        argv += ["--ro-bind-try", str(source), str(place)]
     for path in (cwd, *writable):
         argv += ["--bind", str(path), str(path)]
     git_dir = cwd / ".git"
@@ -231,22 +281,43 @@ def _hidden_homes() -> list[Path]:
     return sorted(h for h in homes if h != Path("/") and h.is_dir())
 
 
-def _needed_binds(hidden: list[Path], env: dict[str, str]) -> list[Path]:
-    """Folders under a hidden one that commands still need, read-only: the Python prefixes (a venv in
-    a temp checkout, pyenv under ~), PATH entries, PYTHONPATH (our check hook) and what the user names."""
+def _needed_binds(env: dict[str, str]) -> list[Path]:
+    """Folders outside the system ones that commands still need, read-only: the Python prefixes (a venv
+    in a temp checkout, pyenv under ~), PATH entries, PYTHONPATH (our check hook) and what the user names
+    (PERFAGENT_SANDBOX_READ) or the task declares (its `read`, carried in PERFAGENT_READ)."""
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
               sysconfig.get_paths().get("purelib", ""), env.get("VIRTUAL_ENV", "")}
     python = shutil.which("python", path=env.get("PATH"))
     if python:
         wanted.add(str(Path(os.path.realpath(python)).parent.parent))
-    for var, source in (("PATH", env), ("PYTHONPATH", env), ("PERFAGENT_SANDBOX_READ", os.environ)):
+    for var, source in (("PATH", env), ("PYTHONPATH", env), (READ_VAR, env), ("PERFAGENT_SANDBOX_READ", os.environ)):
         wanted |= set(source.get(var, "").split(os.pathsep))
+    system = [Path(os.path.realpath(top)) for top in SYSTEM_ROOTS]
     out = set()
     for w in filter(None, wanted):
         real = Path(os.path.realpath(w))
-        if real.exists() and any(h in real.parents for h in hidden):
+        if real.exists() and real != Path("/") and not any(real == s or s in real.parents for s in system):
             out.add(real)
     return sorted(out)
+
+
+def hidden_paths(command: str, cwd: Path, env: dict[str, str]) -> list[str]:
+    """The absolute paths `command` names that exist on this machine but not in its sandbox (started
+    in `cwd` with `env`): what a task's command needs and the allow-list leaves out."""
+    if isolation().mode != "bwrap":
+        return []
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    shown = [Path(os.path.realpath(top)) for top in (*SYSTEM_ROOTS, "/dev", "/proc")]
+    shown += [*_needed_binds(env), Path(os.path.realpath(cwd))]
+    out = []
+    for name in (part for word in words for part in word.split("=") if part.startswith("/")):
+        real = Path(os.path.realpath(name))
+        if real.exists() and not any(real == s or s in real.parents for s in shown) and name not in out:
+            out.append(name)
+    return out
 
 
 def _alternates(objects: Path, depth: int = 0) -> list[Path]:
@@ -263,13 +334,13 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
     return out
 
 
-def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: tuple[Path, ...],
+def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: Readable,
                 env: dict[str, str], limits: ResourceLimits, timeout_s: float,
                 seccomp: tuple[int, ...] = ()) -> list[str]:
     """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return _bwrap_argv(cwd, writable, env, readable, seccomp) + shell
+        return _bwrap_argv(cwd, writable, env, readable, seccomp, limits.tmpfs_bytes) + shell
     if mode == "unshare":
         return ["unshare", "-n", "--", *shell]
     return shell
@@ -335,17 +406,22 @@ def run_command(
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
     mode = isolation().mode
+    limits = limits or ResourceLimits.default()
+    group = cgroup.Cgroup.create(limits.memory_bytes, limits.processes) if mode == "bwrap" else None
     with seccomp_filter(mode == "bwrap") as seccomp:
-        argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env,
-                           limits or ResourceLimits.default(), timeout_s, seccomp)
+        argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env, limits, timeout_s,
+                           seccomp)
         start = time.monotonic()
         read_fd, write_fd = os.pipe()
         try:
-            proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
-                                    stderr=write_fd, start_new_session=True,  # own group: a timeout kills all
+            proc = subprocess.Popen(group.wrap(argv) if group else argv, cwd=str(cwd), env=env,
+                                    stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                                    start_new_session=True,  # own group: a timeout kills all
                                     pass_fds=seccomp)
         except BaseException:
             os.close(read_fd)
+            if group:
+                group.remove()
             raise
         finally:
             os.close(write_fd)
@@ -357,6 +433,8 @@ def run_command(
         timed_out = proc.returncode is None and not cancelled
     finally:
         _kill_group(proc)
+        if group:
+            group.remove()
         reader.stop_at = time.monotonic() + 2  # unsandboxed, a daemon may hold the pipe open
         reader.join()
         os.close(read_fd)

@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, isolation, real_paths, sealed_argv,
-                               seccomp_filter)
+from agent.env.cgroup import Cgroup
+from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, Readable, ResourceLimits, isolation, real_paths,
+                               sealed_argv, seccomp_filter)
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180
@@ -97,13 +98,14 @@ class WarmPython:
     """One server in one sandbox at `cwd`; `run` is one forked child at a time."""
 
     def __init__(self, interpreter: str, cwd: Path, *, env: dict[str, str], writable: tuple[Path, ...] = (),
-                 readable: tuple[Path, ...] = (), wipe: tuple[str, ...] = (),
+                 readable: Readable = (), wipe: tuple[str, ...] = (),
                  preload: tuple[str, ...] = ("torch",), lifetime_s: float = 6 * 3600):
-        """`readable`: folders mounted back read-only (checkouts under a hidden /tmp); `wipe`: the
+        """`readable`: folders (or (folder, place) pairs) the sandbox shows read-only; `wipe`: the
         writable places emptied after each child (`run`'s result then says if that worked)."""
         self.interpreter = interpreter
         self.cwd = Path(os.path.realpath(cwd))
         self.preloaded: list[str] = []
+        self.landlock = 0  # the server's Landlock ABI: 0, and it cannot `hide`
         self._lock = threading.Lock()
         self._ready = False
         self._dead: str | None = None
@@ -118,17 +120,21 @@ class WarmPython:
         env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe),
                "PERFAGENT_CONTROL": f"{req_r},{rep_w}"}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
+        limits = ResourceLimits.default()
+        self.group = Cgroup.create(limits.memory_bytes, limits.processes)
         try:
             with seccomp_filter() as seccomp:
                 argv = sealed_argv(command, self.cwd, isolation().mode, real_paths(writable),
-                                   (ZYGOTE.parent, *real_paths(readable)), env, ResourceLimits.default(), lifetime_s,
-                                   seccomp)
-                self.proc = subprocess.Popen(argv, cwd=str(self.cwd), env=env, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                             start_new_session=True, pass_fds=(*seccomp, req_r, rep_w))
+                                   (ZYGOTE, *readable), env, limits, lifetime_s, seccomp)
+                self.proc = subprocess.Popen(self.group.wrap(argv) if self.group else argv, cwd=str(self.cwd),
+                                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True,
+                                             pass_fds=(*seccomp, req_r, rep_w))
         except BaseException:
             os.close(req_w)
             os.close(rep_r)
+            if self.group:
+                self.group.remove()
             raise
         finally:
             os.close(req_r)
@@ -168,18 +174,24 @@ class WarmPython:
                 self._dead = f"the warm interpreter refused to serve: {hello.get('error')}"
                 raise WarmError(self._dead)
             self.preloaded, self._ready = hello.get("preloaded", []), True
+            self.landlock = int(hello.get("landlock", 0))
             self._server_pids = _descendants(self.proc.pid)  # no child forked yet: all the server's
 
     def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
-            max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = ()) -> CommandResult:
+            max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = (),
+            hide: tuple[Path, ...] = ()) -> CommandResult:
         """Fork one child running `cmd`; `env` changes (None removes) apply to that child only, as
-        do `cwd` and `path` (sys.path entries put where PYTHONPATH's go)."""
+        do `cwd` and `path` (sys.path entries put where PYTHONPATH's go) and `hide`: folders of
+        the server's sandbox the child (and all it starts) cannot read (agent.env.zygote._hide)."""
         with self._lock:
             if self._dead:
                 raise WarmError(self._dead)
             self._wait_ready()
+            if hide and not self.landlock:
+                raise WarmError("the kernel has no Landlock to keep one side from reading another's checkout")
             request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
-                       "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path)}
+                       "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path),
+                       "hide": [str(p) for p in hide]}
             start = time.monotonic()
             try:
                 self.requests.write(json.dumps(request).encode() + b"\n")
@@ -202,6 +214,9 @@ class WarmPython:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        if self.group:
+            self.group.remove()
+            self.group = None
         for pipe in (self.requests, self.replies):
             try:
                 pipe.close()

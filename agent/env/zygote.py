@@ -28,13 +28,20 @@ import resource
 import runpy
 import select
 import signal
+import struct
 import sys
 import time
 import traceback
 import types
 
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
 IPC_RMID = 0
+# Landlock (Linux 5.13+, no privilege needed): syscalls 444-446 on x86_64 and aarch64 alike.
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_CREATE_RULESET_VERSION = 1, 1
+READ_ANY = 1 | 4 | 8  # LANDLOCK_ACCESS_FS_EXECUTE | READ_FILE | READ_DIR
+READ_FILE = 1 | 4
 
 
 def _ancestors():
@@ -164,6 +171,56 @@ def _remove_sysv_ipc():
     return clean
 
 
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def landlock_abi():
+    """Landlock's ABI version here, 0 where the kernel has none."""
+    try:
+        return max(0, _libc().syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                                      ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)))
+    except (OSError, AttributeError):
+        return 0
+
+
+def _hide(paths):
+    """Make `paths` (the other sides' checkouts of a shared bench server) unreadable to this process
+    and everything it starts, for good: a Landlock ruleset that lets it read every folder of the
+    sandbox but those. The rules follow files, not names, so /proc/N/root or a symlink does not
+    get around them. False if it could not be done (the child must then not run)."""
+    libc = _libc()
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, struct.pack("=Q", READ_ANY), ctypes.c_size_t(8),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    hidden = [os.path.realpath(p) for p in paths]
+
+    def allow(path):
+        if path in hidden:
+            return True
+        if any(h.startswith(path.rstrip("/") + "/") for h in hidden):  # above a hidden one: allow beside it
+            return all(allow(entry.path) for entry in os.scandir(path) if not entry.is_symlink())
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return True  # gone meanwhile: nothing to read
+        try:
+            access = READ_ANY if os.path.isdir(path) else READ_FILE
+            rule = struct.pack("=Qi", access, fd)
+            return libc.syscall(LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) == 0
+        finally:
+            os.close(fd)
+
+    try:
+        return (allow("/") and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                and libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0) == 0)
+    finally:
+        os.close(ruleset)
+
+
 def _run_script(script, argv):
     """As `python script.py` does it: argv[0] as given, __file__ and sys.path[0] absolute."""
     sys.argv = list(argv)
@@ -188,6 +245,9 @@ def _child(req, write_fd, control):
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if req.get("hide") and not _hide(req["hide"]):
+        sys.stderr.write("perfagent: the other sides' checkouts could not be hidden (Landlock); not run\n")
+        os._exit(125)
     if req.get("cwd"):
         os.chdir(req["cwd"])
     for key, value in req.get("env", {}).items():
@@ -310,7 +370,7 @@ def main():
     if held:  # bwrap's init did not close them: a child could answer for us, so serve nothing
         reply({"ready": False, "error": f"the control pipes are held by {', '.join(held)}"})
         return
-    reply({"ready": True, "preloaded": loaded, "python": sys.version.split()[0]})
+    reply({"ready": True, "preloaded": loaded, "python": sys.version.split()[0], "landlock": landlock_abi()})
     for line in reader:
         req = json.loads(line)
         read_fd, write_fd = os.pipe()

@@ -57,6 +57,7 @@ class Sealed:
     out: Path
     socket: Path
     bin_dir: Path | None = None  # the task's Python, first on the agent's PATH
+    read: tuple[Path, ...] = ()  # the task's `read` folders
 
 
 def run_external(
@@ -101,7 +102,7 @@ def run_external(
             upstream = Upstream.of(agent.provider, base_url)
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
-                            checker.bin_dir())
+                            checker.bin_dir(), task.read)
             with Relay(upstream, meter, sealed.socket, log=lambda r: trajectory.add("relay", **r)):
                 why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
             outcome.end(why)
@@ -172,7 +173,8 @@ def _session(agent: ExternalAgent, binary: Path, session: Session, sealed: Seale
     agent.prepare(session)
     command = (bridge_command(sys.executable, sealed.socket) + shlex.join(agent.command(session, binary))
                + f" 2> {shlex.quote(str(stderr))}")
-    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)}, bin_dir=sealed.bin_dir)
+    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)}, bin_dir=sealed.bin_dir,
+                   read=sealed.read)
     return run_command(command, sealed.ws.root, timeout_s=max(1.0, time_left_s), env=env,
                        max_output=MAX_AGENT_OUTPUT, writable=(session.home, session.out),
                        readable=(sealed.socket.parent, *agent.install_dirs(binary)), cancel=meter.stopped)

@@ -167,7 +167,7 @@ def run_task(
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
                             command_timeout_s=min(600.0, limits.timeout_s),
-                            env=base_env(bin_dir=checker.bin_dir()))
+                            env=base_env(bin_dir=checker.bin_dir(), read=task.read))
             trajectory = Trajectory(paths.trajectory)
             outcome = run_loop(task, model, tools, limits=limits, prices=prices,
                                grade_submission=grade_submission, trajectory=trajectory, on_event=on_event)

@@ -1,8 +1,14 @@
-"""What the sandbox costs per command: `python tests/bench/bench_sandbox.py [-n 50]`.
+"""What the sandbox costs: `python tests/bench/bench_sandbox.py [-n 50] [--evals 3]`.
 
-Runs the same commands through `run_command` (sealed with bubblewrap where it works) and as
-a bare `bash -c` with the same environment, alternating, and prints JSON lines
-{"metric", "value", "unit"}: the median wall time of each and the median overhead.
+Per command: the same commands through `run_command`, sealed four ways (the allow-list of mounts or
+the whole machine read-only, each with and without a cgroup), and as a bare `bash -c` with the same
+environment, all interleaved. Per warm child: a forked bench child with and without the Landlock
+rule that hides the other sides' checkouts. Per full evaluation (`--evals N`): the bundled task's
+reference patch graded in full (reference measured too) with everything on, and with the allow-list,
+the cgroups and the hiding off. Prints JSON lines {"metric", "value", "unit"}: medians.
+
+"Whole machine" is how the sandbox mounted before the allow-list (`--ro-bind / /`, with the same
+folders bound back over the hidden ones); it is made here by rewriting the command line.
 """
 
 from __future__ import annotations
@@ -13,35 +19,157 @@ import statistics
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
-from agent.env.sandbox import base_env, isolation, run_command
+from agent.env import cgroup, sandbox
+from agent.env.sandbox import SYSTEM_ROOTS, base_env, isolation, run_command
 
 COMMANDS = {"true": "true", "python": "python -c pass"}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bare(command: str, cwd: str, env: dict[str, str]) -> None:
     subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True)
 
 
+@contextmanager
+def whole_machine():
+    """bwrap sees `/` read-only, as before the allow-list, with every other mount as it is."""
+    allow_list = sandbox._bwrap_argv
+
+    def argv(*args, **kwargs):
+        out, rest = allow_list(*args, **kwargs), []
+        i = 1
+        while i < len(out):
+            if out[i] in ("--ro-bind", "--symlink") and out[i + 2] in SYSTEM_ROOTS:
+                i += 3
+                continue
+            rest.append(out[i])
+            i += 1
+        return ["bwrap", "--ro-bind", "/", "/", *rest]
+
+    sandbox._bwrap_argv = argv
+    try:
+        yield
+    finally:
+        sandbox._bwrap_argv = allow_list
+
+
+@contextmanager
+def no_cgroup():
+    create = cgroup.Cgroup.create
+    cgroup.Cgroup.create = classmethod(lambda cls, *a: None)
+    try:
+        yield
+    finally:
+        cgroup.Cgroup.create = create
+
+
+@contextmanager
+def no_hiding():
+    from agent.env.warm import WarmPython
+    run = WarmPython.run
+    WarmPython.run = lambda self, *a, hide=(), **k: run(self, *a, **k)
+    try:
+        yield
+    finally:
+        WarmPython.run = run
+
+
+def config(allow_list: bool, groups: bool, hiding: bool = True) -> ExitStack:
+    stack = ExitStack()
+    if not allow_list:
+        stack.enter_context(whole_machine())
+    if not groups:
+        stack.enter_context(no_cgroup())
+    if not hiding:
+        stack.enter_context(no_hiding())
+    return stack
+
+
+def emit(metric: str, values: list[float], unit: str = "ms") -> None:
+    print(json.dumps({"metric": metric, "value": round(statistics.median(values), 2), "unit": unit}), flush=True)
+
+
+def per_command(n: int) -> None:
+    env = base_env()
+    ways = {"allowlist_cgroup": (True, True), "allowlist": (True, False), "whole_cgroup": (False, True),
+            "whole": (False, False)}
+    with tempfile.TemporaryDirectory() as cwd:
+        for name, command in COMMANDS.items():
+            times: dict[str, list[float]] = {way: [] for way in [*ways, "bare"]}
+            for _ in range(n):
+                for way, (allow_list, groups) in ways.items():
+                    with config(allow_list, groups):
+                        t = time.perf_counter()
+                        assert run_command(command, cwd, env=env).ok
+                        times[way].append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                bare(command, cwd, env)
+                times["bare"].append((time.perf_counter() - t) * 1000)
+            for way, values in times.items():
+                emit(f"{name}_{way}_ms", values)
+
+
+def per_warm_child(n: int) -> None:
+    from agent.env.warm import WarmPython, parse_python
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = [Path(tmp) / f"side-{i}" for i in range(3)]
+        for side in sides:
+            side.mkdir()
+            (side / "b.py").write_text("pass\n")
+        (Path(tmp) / "scratch").mkdir()
+        server = WarmPython("python", Path(tmp) / "scratch", env=base_env(), preload=(),
+                            readable=tuple((side, Path("/perfagent") / side.name / "repo") for side in sides))
+        cmd = parse_python("python b.py")
+        inside = [Path("/perfagent") / side.name / "repo" for side in sides]
+        times: dict[str, list[float]] = {"hidden": [], "plain": []}
+        try:
+            for _ in range(n):
+                for way, hide in (("hidden", tuple(inside[1:])), ("plain", ())):
+                    t = time.perf_counter()
+                    assert server.run(cmd, timeout_s=60, cwd=inside[0], hide=hide).ok
+                    times[way].append((time.perf_counter() - t) * 1000)
+        finally:
+            server.close()
+    for way, values in times.items():
+        emit(f"warm_child_{way}_ms", values)
+
+
+def per_evaluation(n: int) -> None:
+    from agent.checks import Checker
+    from agent.task import load_task
+
+    task = load_task(ROOT / "tasks" / "cuda-graph-buffers.toml")
+    assert task.reference_patch is not None
+    patch = task.reference_patch.read_text()
+    times: dict[str, list[float]] = {"sealed": [], "before": []}
+    for _ in range(n):
+        for way, on in (("sealed", True), ("before", False)):
+            with config(on, on, on), tempfile.TemporaryDirectory() as tmp:
+                with Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks") as checker:
+                    t = time.monotonic()
+                    ev = checker.evaluate(patch, reference=True)
+                    times[way].append(time.monotonic() - t)
+                assert ev.verdict in ("pass", "unverified"), (way, ev.verdict, ev.reasons)
+    for way, values in times.items():
+        emit(f"full_evaluation_{way}_s", values, "s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=50, help="runs of each command, each way")
+    ap.add_argument("--evals", type=int, default=0, help="full evaluations each way (about a minute each)")
     args = ap.parse_args()
-    env = base_env()
     print(json.dumps({"metric": "isolation", "value": isolation().mode, "unit": None}))
-    with tempfile.TemporaryDirectory() as cwd:
-        for name, command in COMMANDS.items():
-            sealed, plain = [], []
-            for _ in range(args.n):
-                t = time.perf_counter()
-                assert run_command(command, cwd, env=env).ok
-                sealed.append((time.perf_counter() - t) * 1000)
-                t = time.perf_counter()
-                bare(command, cwd, env)
-                plain.append((time.perf_counter() - t) * 1000)
-            for metric, values in ((f"{name}_sealed_ms", sealed), (f"{name}_bare_ms", plain),
-                                   (f"{name}_overhead_ms", [s - p for s, p in zip(sealed, plain)])):
-                print(json.dumps({"metric": metric, "value": round(statistics.median(values), 2), "unit": "ms"}))
+    print(json.dumps({"metric": "cgroup", "value": cgroup.available(), "unit": None}))
+    per_command(args.n)
+    if isolation().mode == "bwrap":
+        per_warm_child(args.n)
+    if args.evals:
+        per_evaluation(args.evals)
 
 
 if __name__ == "__main__":

@@ -223,8 +223,9 @@ class Lab:
         return f.read_text() if f.exists() else ""
 
     # -- perfagent ------------------------------------------------------------------------------
-    def perfagent(self, *args: str, timeout: float = 300, on_start: Callable[[int], None] | None = None) -> Proc:
-        p = subprocess.Popen([sys.executable, "-m", "agent.cli", *args], cwd=self.root, env=self.env(),
+    def perfagent(self, *args: str, timeout: float = 300, on_start: Callable[[int], None] | None = None,
+                  env: dict[str, str] | None = None) -> Proc:
+        p = subprocess.Popen([sys.executable, "-m", "agent.cli", *args], cwd=self.root, env=self.env(**(env or {})),
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_start is not None:
             on_start(p.pid)
@@ -246,11 +247,13 @@ class Lab:
         return RunOut(proc, res / "report.json", self.out / "patches" / run_id / self.task_id / "model_patch.diff",
                       res / "trajectory.jsonl")
 
-    def check(self, patch: str, *args: str, timeout: float = 300) -> tuple[Proc, dict]:
+    def check(self, patch: str, *args: str, timeout: float = 300,
+              env: dict[str, str] | None = None) -> tuple[Proc, dict]:
         """`perfagent check TASK --patch FILE --json -`: exit 0 and the evaluation on stdout."""
         f = self.root / f"attack-{uuid.uuid4().hex[:6]}.diff"
         f.write_text(patch)
-        proc = self.perfagent("check", str(self.task), "--patch", str(f), "--json", "-", *args, timeout=timeout)
+        proc = self.perfagent("check", str(self.task), "--patch", str(f), "--json", "-", *args, timeout=timeout,
+                              env=env)
         assert proc.returncode == 0, f"perfagent check exit {proc.returncode}: {proc.stderr[-3000:]}"
         return proc, json.loads(proc.stdout)
 

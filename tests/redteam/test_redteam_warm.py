@@ -104,7 +104,8 @@ def test_a_bench_child_finds_no_holder_of_the_servers_pipes(tmp_path):
     bench = Bench(spec, {"baseline": root, "candidate": root}, tmp_path / "scratch")
     try:
         assert bench.server is not None
-        res = bench.server.run(bench.cmd, timeout_s=60, env={"PYTHONPATH": str(root)}, cwd=root, path=(str(root),))
+        place = bench.inside["candidate"]  # where the server's sandbox shows the checkout
+        res = bench.server.run(bench.cmd, timeout_s=60, env={"PYTHONPATH": str(place)}, cwd=place, path=(str(place),))
         _assert_no_channel(res.output, _control_inodes(bench.server), "bench")
     finally:
         bench.close()
