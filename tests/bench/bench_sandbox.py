@@ -1,11 +1,10 @@
-"""What the sandbox costs: `python tests/bench/bench_sandbox.py [-n 50] [--evals 3]`.
+"""What the sandbox costs: `python tests/bench/bench_sandbox.py [-n 50]`.
 
 Per command: the same commands through `run_command`, sealed four ways (the allow-list of mounts or
 the whole machine read-only, each with and without a cgroup), and as a bare `bash -c` with the same
 environment, all interleaved. Per warm child: a forked bench child with and without the Landlock
-rule that hides the other sides' checkouts. Per full evaluation (`--evals N`): the bundled task's
-reference patch graded in full (reference measured too) with everything on, and with the allow-list,
-the cgroups and the hiding off. Prints JSON lines {"metric", "value", "unit"}: medians.
+rule that hides the other sides' checkouts. Prints JSON lines {"metric", "value", "unit"}: medians.
+(Per full evaluation: `bench_eval.py`, on this commit and on one before it.)
 
 "Whole machine" is how the sandbox mounted before the allow-list (`--ro-bind / /`, with the same
 folders bound back over the hidden ones); it is made here by rewriting the command line.
@@ -26,7 +25,6 @@ from agent.env import cgroup, sandbox
 from agent.env.sandbox import SYSTEM_ROOTS, base_env, isolation, run_command
 
 COMMANDS = {"true": "true", "python": "python -c pass"}
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def bare(command: str, cwd: str, env: dict[str, str]) -> None:
@@ -66,25 +64,12 @@ def no_cgroup():
         cgroup.Cgroup.create = create
 
 
-@contextmanager
-def no_hiding():
-    from agent.env.warm import WarmPython
-    run = WarmPython.run
-    WarmPython.run = lambda self, *a, hide=(), **k: run(self, *a, **k)
-    try:
-        yield
-    finally:
-        WarmPython.run = run
-
-
-def config(allow_list: bool, groups: bool, hiding: bool = True) -> ExitStack:
+def config(allow_list: bool, groups: bool) -> ExitStack:
     stack = ExitStack()
     if not allow_list:
         stack.enter_context(whole_machine())
     if not groups:
         stack.enter_context(no_cgroup())
-    if not hiding:
-        stack.enter_context(no_hiding())
     return stack
 
 
@@ -138,38 +123,15 @@ def per_warm_child(n: int) -> None:
         emit(f"warm_child_{way}_ms", values)
 
 
-def per_evaluation(n: int) -> None:
-    from agent.checks import Checker
-    from agent.task import load_task
-
-    task = load_task(ROOT / "tasks" / "cuda-graph-buffers.toml")
-    assert task.reference_patch is not None
-    patch = task.reference_patch.read_text()
-    times: dict[str, list[float]] = {"sealed": [], "before": []}
-    for _ in range(n):
-        for way, on in (("sealed", True), ("before", False)):
-            with config(on, on, on), tempfile.TemporaryDirectory() as tmp:
-                with Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks") as checker:
-                    t = time.monotonic()
-                    ev = checker.evaluate(patch, reference=True)
-                    times[way].append(time.monotonic() - t)
-                assert ev.verdict in ("pass", "unverified"), (way, ev.verdict, ev.reasons)
-    for way, values in times.items():
-        emit(f"full_evaluation_{way}_s", values, "s")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=50, help="runs of each command, each way")
-    ap.add_argument("--evals", type=int, default=0, help="full evaluations each way (about a minute each)")
     args = ap.parse_args()
     print(json.dumps({"metric": "isolation", "value": isolation().mode, "unit": None}))
     print(json.dumps({"metric": "cgroup", "value": cgroup.available(), "unit": None}))
     per_command(args.n)
     if isolation().mode == "bwrap":
         per_warm_child(args.n)
-    if args.evals:
-        per_evaluation(args.evals)
 
 
 if __name__ == "__main__":
