@@ -294,7 +294,7 @@ def _needed_binds(env: dict[str, str]) -> list[Path]:
         wanted |= set(source.get(var, "").split(os.pathsep))
     system = [Path(os.path.realpath(top)) for top in SYSTEM_ROOTS]
     out = set()
-    for w in filter(None, wanted):
+    for w in (w for w in wanted if os.path.isabs(w)):  # a relative PATH entry would bind our own cwd
         real = Path(os.path.realpath(w))
         if real.exists() and real != Path("/") and not any(real == s or s in real.parents for s in system):
             out.add(real)

@@ -206,3 +206,18 @@ def test_a_command_cannot_keep_a_key_in_the_kernel_keyring(tmp_path):
             libc.syscall(keyctl, 21, ctypes.c_long(key))  # KEYCTL_INVALIDATE: leave nothing behind
     assert "REFUSED 1" in first.output, first.output  # EPERM from the seccomp filter
     assert "FOUND" not in second.output and on_host < 0, "a key outlived its sandbox"
+
+
+@sealed
+def test_a_relative_path_entry_does_not_show_the_harness_folder(tmp_path, monkeypatch):
+    """PATH=".:..." must not mount whatever folder perfagent runs in (the user's checkout, its results)."""
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    (harness / "secret.txt").write_text("HARNESS-FOLDER-SECRET")
+    monkeypatch.chdir(harness)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = base_env()
+    env["PATH"] = f".::{env['PATH']}"
+    res = run_command(f"cat {harness}/secret.txt", ws, env=env)
+    assert "HARNESS-FOLDER-SECRET" not in res.output
