@@ -10,8 +10,9 @@ this relay answers. The relay
   table, so the cost comes from the wire and not from what the agent says about itself;
 - reserves each metered request's worst case (its body's size in input tokens, its output limit)
   before forwarding it, with at most MAX_IN_FLIGHT out at once; a request whose worst case does
-  not fit in what is left of the budget (`agent.models.budget`) is refused, never forwarded, and
-  the reservation is settled to the metered cost when the answer is counted;
+  not fit beside those in flight waits for them to be metered, one that does not fit in what is
+  left of the budget (`agent.models.budget`) even alone is refused, never forwarded, and the
+  reservation is settled to the metered cost when the answer is counted;
 - refuses further requests once the run is over its budget or the deadline passed, and sets
   `stopped` so the runner ends the agent; it keeps reading and metering what it already
   forwarded (an answer whose agent hung up, an answer still out when the run ends), and an
@@ -160,20 +161,24 @@ class Meter(Spend):
         return usage, cost
 
     def admit(self, rid: str, ticket: Ticket) -> str | None:
-        """Reserve `ticket`'s worst case, waiting for a free slot; why it may not go (None: it is reserved)."""
+        """Reserve `ticket`'s worst case, waiting for a free slot, and while it does not fit beside the
+        reservations of requests in flight, for those to settle (mostly far below their worst case);
+        why it may not go (None: it is reserved). Only a request that does not fit alone stops the run."""
         with self._changed:
-            while len(self.in_flight) >= MAX_IN_FLIGHT and not self.closed():
+            while True:
+                why = self.closed()
+                if why:
+                    return why
+                if len(self.in_flight) < MAX_IN_FLIGHT:
+                    spent = self.total_cost_usd or 0.0
+                    if fits_budget(spent + self.reserved_usd, ticket.reserved_usd, self.max_cost_usd):
+                        self.in_flight[rid] = ticket
+                        return None
+                    if not self.in_flight:
+                        self.refused_worst_usd = ticket.reserved_usd
+                        self.stop("budget")
+                        return "reservation"
                 self._changed.wait(0.25)
-            why = self.closed()
-            if why:
-                return why
-            spent = self.total_cost_usd or 0.0
-            if not fits_budget(spent + self.reserved_usd, ticket.reserved_usd, self.max_cost_usd):
-                self.refused_worst_usd = ticket.reserved_usd
-                self.stop("budget")
-                return "reservation"
-            self.in_flight[rid] = ticket
-            return None
 
     def settle(self, rid: str, model: str, usage: Usage | None, duration_s: float, partial: str = "") -> float | None:
         """Count the answer to `rid` in place of its reservation (usage None: nothing to bill); its cost.

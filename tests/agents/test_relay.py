@@ -229,3 +229,28 @@ def test_upstream_url_keeps_an_openai_prefix():
     up = Upstream("openai", "http://127.0.0.1:5/proxy/v1", None)
     assert up.url_for("/v1/chat/completions") == "http://127.0.0.1:5/proxy/v1/chat/completions"
     assert Upstream("anthropic", "http://h:1", None).url_for("/v1/messages") == "http://h:1/v1/messages"
+
+
+def test_a_request_that_fits_only_alone_waits_for_the_one_in_flight():
+    """Two requests of an agent, each of which could cost $1.30, under a $2 budget: the second waits until
+    the first is metered (at $0.0063) and then goes; neither stops the run. One that cannot fit even
+    alone is refused and stops it."""
+    import threading
+
+    from agent.agents.relay import Ticket
+
+    meter = Meter(load_prices(), max_cost_usd=2.0)
+    worst = Usage(input_tokens=1000, output_tokens=80_000)
+    assert meter.admit("a", Ticket("anthropic", "claude-sonnet-4-6", worst, 1.30)) is None
+    second: list[str | None] = []
+    waiting = threading.Thread(target=lambda: second.append(
+        meter.admit("b", Ticket("anthropic", "claude-sonnet-4-6", worst, 1.30))))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not meter.stopped.is_set(), "the second request did not wait"
+    meter.settle("a", "claude-sonnet-4-6", Usage(input_tokens=1000, output_tokens=200), 0.1)
+    waiting.join(5)
+    assert second == [None] and not meter.stopped.is_set()
+    meter.settle("b", "claude-sonnet-4-6", Usage(input_tokens=1000, output_tokens=200), 0.1)
+    assert meter.admit("c", Ticket("anthropic", "claude-sonnet-4-6", worst, 2.5)) == "reservation"
+    assert meter.stop_reason == "budget" and meter.refused_worst_usd == 2.5
