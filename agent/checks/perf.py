@@ -17,7 +17,6 @@ at `max_pairs` an answer that is still unclear is "inconclusive".
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Callable, NamedTuple, NoReturn
 
 from agent.checks.correctness import pytest_env
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
-from agent.env.sandbox import CommandResult, base_env, run_command, scratch_places
+from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python
 from agent.task import PerfSpec
 from agent.util.text import tail
@@ -174,8 +173,7 @@ class Bench:
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
             self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir, read=read),
-                                     readable=tuple((Path(os.path.realpath(sides[side])), place)
-                                                    for side, place in self.inside.items()),
+                                     readable=tuple(zip(real_paths(tuple(sides.values())), self.inside.values())),
                                      wipe=(*scratch_places(), str(scratch)))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
