@@ -70,6 +70,17 @@ def machine_share(exclusive: bool):
 _MACHINE_SHARE: list[bool] = []  # this process's hold on the suite's machine lock, while it has one
 
 
+@contextlib.contextmanager
+def key_fd(key: str):
+    """A descriptor holding `key`, as agent.checks.launch hands it to a cold command's check hook."""
+    fd = os.memfd_create("perfagent-key", 0)
+    try:
+        os.write(fd, key.encode())
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.Repo:
     """A real git repo at `path` with `files` committed."""
     repo = git.Repo.init(path)

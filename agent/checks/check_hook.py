@@ -14,8 +14,16 @@ Every Python process a check command starts runs this at start-up:
   is imported.
 Then the sitecustomize this file shadows, if any, still runs. A warm interpreter
 (agent/env/zygote.py) imports this once and calls `perfagent_start` in each forked child.
+
+Records are signed: every row carries an HMAC under a key the harness hands this process, out of
+the environment's reach (a warm child gets it in its request; a cold one reads it from the file
+descriptor PERFAGENT_KEY_FD names, which is closed before any code under test runs). Rows without
+a valid tag do not count, so code under test cannot claim a line ran by writing a row of its own.
+A process that got no key (one the tests started themselves) records nothing and says so.
 """
 
+import hashlib
+import hmac
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -28,7 +36,37 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _lines = {"pid": None}
 
 
-def _start_lines():
+def _signer(key):
+    """row -> row + TAB + its tag; None without a key. The key lives only in this closure."""
+    if not key:
+        return None
+    secret = key.encode() if isinstance(key, str) else key
+
+    def sign(row):
+        return "%s\t%s" % (row, hmac.new(secret, row.encode("utf-8", "surrogateescape"),
+                                          hashlib.sha256).hexdigest()[:32])
+
+    return sign
+
+
+def _inherited_key():
+    """The key from the descriptor PERFAGENT_KEY_FD names, once: the descriptor is closed and the
+    variable removed, so neither code under test nor the processes it starts find it there."""
+    fd = os.environ.pop("PERFAGENT_KEY_FD", None)
+    if not fd or not fd.isdigit():
+        return None
+    try:
+        key = os.pread(int(fd), 128, 0).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        key = None
+    try:
+        os.close(int(fd))
+    except OSError:
+        pass
+    return key or None
+
+
+def _start_lines(sign):
     folder = os.environ.get("PERFAGENT_LINES")
     if not folder or _lines["pid"] == os.getpid():
         return
@@ -39,7 +77,10 @@ def _start_lines():
         with open(os.path.join(folder, "targets.json")) as f:
             targets = frozenset(json.load(f))
         out = open(os.path.join(folder, "lines.%d.%s" % (os.getpid(), os.urandom(4).hex())), "a", buffering=1)
-        out.write("#started python %d.%d\n" % sys.version_info[:2])
+        if sign is None:
+            out.write("#nokey\n")
+            return
+        out.write(sign("#started python %d.%d" % sys.version_info[:2]) + "\n")
     except Exception as e:  # the run goes on; no file means "not measured", and the harness says why
         sys.stderr.write("perfagent: changed-line recording not started: %r\n" % (e,))
         return
@@ -54,14 +95,14 @@ def _start_lines():
     if monitoring is not None:
         tool = next((t for t in (monitoring.COVERAGE_ID, 4, 3, 5) if monitoring.get_tool(t) is None), None)
         if tool is None:
-            out.write("#error no free sys.monitoring tool id\n")
+            out.write(sign("#error no free sys.monitoring tool id") + "\n")
             return
         monitoring.use_tool_id(tool, "perfagent")
 
         def on_line(code, line):
             name = wanted(code.co_filename)
             if name:
-                out.write("%s\t%d\n" % (name, line))
+                out.write(sign("%s\t%d" % (name, line)) + "\n")
             return monitoring.DISABLE  # each line is reported once, then costs nothing
 
         monitoring.register_callback(tool, monitoring.events.LINE, on_line)
@@ -78,7 +119,7 @@ def _start_lines():
             key = (verdicts[frame.f_code], frame.f_lineno)
             if key not in seen:
                 seen.add(key)
-                out.write("%s\t%d\n" % key)
+                out.write(sign("%s\t%d" % key) + "\n")
         return local
 
     def on_call(frame, event, arg):
@@ -117,8 +158,8 @@ def _start_lines():
         for module in list(sys.modules.values()):
             name = getattr(module, "__file__", None)
             if name and wanted(name):
-                out.write("#error %s ran outside the import system, before line recording could start\n"
-                          % os.path.basename(name))
+                out.write(sign("#error %s ran outside the import system, before line recording could start"
+                               % os.path.basename(name)) + "\n")
                 return
 
     import atexit
@@ -134,15 +175,18 @@ def _poison(torch):
     torch.utils.deterministic.fill_uninitialized_memory = True
 
 
-def _on_torch(torch):
+def _on_torch(torch, sign):
     if os.environ.get("PERFAGENT_POISON") == "1":
         _poison(torch)
     folder = os.environ.get("PERFAGENT_SANITIZE")
     if folder:
         try:
-            import perfagent_sanitize
-
-            perfagent_sanitize.start(folder, after_import)
+            if sign is None:
+                with open(os.path.join(folder, "reads.%d.nokey" % os.getpid()), "a") as f:
+                    f.write("#nokey\n")
+                return
+            sanitize = _sanitizer_module()
+            sanitize.start(folder, after_import, sign)
         except Exception as e:  # recorded as "not measured" by the harness, with this reason
             try:
                 with open(os.path.join(folder, "reads.%d.error" % os.getpid()), "a") as f:
@@ -187,11 +231,23 @@ def _chain():
         spec.loader.exec_module(module)
 
 
-def perfagent_start():
-    """What the environment asks for; a warm interpreter calls it again in each forked child."""
-    _start_lines()
+def _sanitizer_module():
+    """The sanitizer copied beside this file under a name of its own (agent.checks.correctness.install_hook),
+    loaded by path: no name in sys.modules leads to it."""
+    name = next(n for n in os.listdir(_HERE) if n.startswith("_s") and n.endswith(".py"))
+    spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(_HERE, name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def perfagent_start(key=None):
+    """What the environment asks for; a warm interpreter calls it again in each forked child, with
+    that child's key."""
+    sign = _signer(key or _inherited_key())
+    _start_lines(sign)
     if os.environ.get("PERFAGENT_POISON") == "1" or os.environ.get("PERFAGENT_SANITIZE"):
-        after_import("torch", _on_torch)
+        after_import("torch", lambda torch: _on_torch(torch, sign))
 
 
 perfagent_start()

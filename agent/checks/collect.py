@@ -17,17 +17,18 @@ from pathlib import Path
 import libcst as cst
 
 from agent.analyzers.reads import read_sites
-from agent.checks import coverage, sanitizer
+from agent.checks import confirm, coverage, sanitizer
 from agent.checks import perf as perfmod
 from agent.checks.correctness import run_check
-from agent.checks.evaluation import (CommandRun, Correctness, DiffStats, Hygiene, PerfResult, ReadSiteResult,
-                                     ReferenceResult)
+from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, DiffStats, Hygiene, PerfResult,
+                                     ReadSiteResult, ReferenceResult)
 from agent.checks.evidence import Evidence
 from agent.checks.grade import decided
 from agent.checks.integrity import check_integrity, is_test_path
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
+from agent.checks.records import new_key
 from agent.checks.sides import CheckError, Sides
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.checks.stats import preload as preload_stats
@@ -103,7 +104,7 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
     if measure:
         threading.Thread(target=preload_stats, daemon=True).start()
     try:
-        _correctness(sides, cand, e, changed, allocations)
+        _correctness(sides, cand, e, changed, allocations, bench=not quick and spec.perf is not None)
         if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
             # evidence beside the tests', whether or not they failed
             e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
@@ -117,42 +118,89 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
 
 
 def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileLines],
-                 allocations: dict[str, tuple[str, list[int]]]) -> None:
+                 allocations: dict[str, tuple[str, list[int]]], *, bench: bool) -> None:
+    """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
-    lines_dir = coverage.prepare(workdir / "coverage", cand.root, py_files) if py_files else None
-    reads_dir = (sanitizer.prepare(workdir / "sanitizer", cand.root, py_files, spec.kernels)
-                 if py_files and spec.sanitizing else None)
+    folders = {name: coverage.prepare(workdir / name, cand.root, py_files) if py_files else None
+               for name in ("coverage", "bench-coverage")}
+    reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels)
+                    if py_files and spec.sanitizing else None) for name in ("sanitizer", "bench-sanitizer")}
     launcher = sides.tests()
+    key = new_key()
+    perf = sides.task.spec.perf
+    bench = bench and perf is not None and bool(py_files)
 
     def run(name: str) -> CommandRun:
+        if name == "bench":
+            assert perf is not None
+            return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=True,
+                             lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"], key=key)
         return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
-                         lines_dir=lines_dir if name == "plain" else None,
-                         sanitize_dir=reads_dir if name == "poison" else None)
+                         lines_dir=folders["coverage"] if name == "plain" else None,
+                         sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=key)
 
-    # Both runs at once on a CPU-only machine (halves the wall time); one after the other on
+    # All runs at once on a CPU-only machine (halves the wall time); one after the other on
     # a GPU, where two test processes could exhaust device memory. The poisoned run (and the
     # sanitizer in it) runs after a failing plain run too: it names the cause, the buffers read.
-    parallel = spec.poison and not e.environment.gpu
-    sides.log(f"tests{' (plain + poisoned, in parallel)' if parallel else ''}: {spec.command}")
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
+    parallel = len(names) > 1 and not e.environment.gpu
+    sides.log(f"tests{' (' + ' + '.join(names) + ', in parallel)' if parallel else ''}: {spec.command}")
+    with ThreadPoolExecutor(max_workers=4) as pool:
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
-            plain, poison = pool.map(run, ["plain", "poison"])
+            runs = dict(zip(names, pool.map(run, names)))
         else:
-            plain, poison = run("plain"), None
-            if spec.poison:
-                sides.log("tests, poisoned (uninitialised memory = NaN / max int)")
-                poison = run("poison")
+            runs = {}
+            for name in names:
+                if name != "plain":
+                    sides.log("tests, poisoned (uninitialised memory = NaN / max int)" if name == "poison"
+                              else f"bench under the sanitizer: {perf and perf.command}")
+                runs[name] = run(name)
+    plain, poison = runs["plain"], runs.get("poison")
     e.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)
-    if reads_dir is not None and poison is not None:
-        e.sanitizer = sanitizer.collect(reads_dir, cand.root, changed)
+    if reads["sanitizer"] is not None and poison is not None:
+        e.sanitizer = sanitizer.collect(reads["sanitizer"], cand.root, changed, key)
+    bench_lines = None
+    if "bench" in runs and folders["bench-coverage"] is not None:
+        bench_lines = coverage.recorded(folders["bench-coverage"], key)
+        e.bench_check = _bench_check(sides, cand.root, e, changed, runs["bench"], bench_lines,
+                                     reads["bench-sanitizer"], key)
     if changed:
-        rec = coverage.recorded(lines_dir) if lines_dir is not None else coverage.Recorded(lines={})
+        rec = (coverage.recorded(folders["coverage"], key) if folders["coverage"] is not None
+               else coverage.Recorded(lines={}))
         e.coverage = coverage.classify(cand.root, changed, rec)
         if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
-            e.read_sites = _read_sites(cand.root, found.result(), rec)
+            watched = bench_lines if e.bench_check is not None and _watched(e.bench_check) else None
+            e.read_sites = _read_sites(cand.root, found.result(), rec, watched)
+
+
+def _watched(check: BenchCheck) -> bool:
+    """Whether the bench's run shows reads: it ran to the end with its sanitizer trusted."""
+    return check.run.passed and check.sanitizer is not None and check.sanitizer.measured
+
+
+def _bench_check(sides: Sides, root: Path, e: Evidence, changed: list[FileLines], run: CommandRun,
+                 lines: coverage.Recorded, reads_dir: Path | None, key: str) -> BenchCheck:
+    """What the bench's run under the instruments shows; a failing one is weighed against the unchanged
+    base's run under the same instruments, so a bench that cannot run poisoned blames no change."""
+    found = sanitizer.collect(reads_dir, root, changed, key) if reads_dir is not None else None
+    ran = coverage.classify(root, changed, lines).covered if lines.lines is not None else []
+    tested = set(e.sanitizer.allocated) if e.sanitizer is not None and e.sanitizer.measured else None
+    changed_at = {f"{f.path}:{n}" for f in changed for n in f.lines}
+    only_here = ([a for a in found.allocated if a in changed_at and a not in tested]
+                 if found is not None and found.measured and tested is not None else [])
+    check = BenchCheck(run=run, sanitizer=found, ran=ran, only_here=only_here)
+    if run.timed_out:
+        return check.model_copy(update={"note": "the bench under the sanitizer timed out: its reads are not measured"})
+    if not run.passed:
+        base = sides.bench_at_base()
+        if not base.passed:
+            return check.model_copy(update={
+                "base_fails": True,
+                "note": f"the bench fails under poisoned memory on the unchanged base too (exit {base.exit_code})"})
+    return check
 
 
 def _bench_sides(sides: Sides, cand: Workspace, reference: bool) -> dict[str, Path]:
@@ -217,6 +265,9 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
         "verdict": c.verdict, "precise": c.precise, "alpha": c.alpha, "max_pairs": policy.max_pairs,
         "cv": c.cv, "stop_reason": c.stop_reason})
+    # the harness's own clock on the same processes; grade judges it again under the task as it is then
+    e.perf.outside = confirm.judge(e.perf, confirm.figures(samples.wall, samples.cpu), calls=spec.calls,
+                                   max_speedup=spec.max_speedup)
     if "reference" in samples.values:
         e.reference = _reference(e.perf, samples.values["reference"])
 
@@ -280,15 +331,18 @@ def _find_read_sites(allocations: dict[str, tuple[str, list[int]]]) -> dict[str,
     return out
 
 
-def _read_sites(root: Path, found_in: dict[str, dict], rec: coverage.Recorded) -> list[ReadSiteResult]:
+def _read_sites(root: Path, found_in: dict[str, dict], rec: coverage.Recorded,
+                bench: coverage.Recorded | None) -> list[ReadSiteResult]:
     """Whether the tests ran each read site: one no test reaches is a path on which nothing shows
-    the buffer is written first."""
+    the buffer is written first, unless the bench ran it under the sanitizer (`bench`), which did."""
     out: list[ReadSiteResult] = []
     for path, found in found_in.items():
         ran = coverage.statements_run(root / path, rec)
         if ran is None:
             continue
+        benched = (coverage.statements_run(root / path, bench) if bench is not None else None) or set()
         for line, sites in sorted(found.items()):
             out += [ReadSiteResult(buffer=f"{path}:{line}", line=s.line, function=s.function, how=s.how,
-                                   guard=s.guard, executed=s.statement in ran) for s in sites]
+                                   guard=s.guard, executed=s.statement in ran, bench=s.statement in benched)
+                    for s in sites]
     return out

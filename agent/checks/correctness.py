@@ -8,6 +8,7 @@ only the plugins the task names (`pytest_env`), never one found through installe
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
@@ -29,10 +30,13 @@ POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def install_hook(folder: Path) -> Path:
-    """Put the harness's sitecustomize.py (and the sanitizer it starts) into `folder` (created)."""
+    """Put the harness's sitecustomize.py (and the sanitizer it starts, under a name no code under test
+    can guess: the hook loads it by path) into `folder` (created)."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(__file__).with_name("check_hook.py"), folder / "sitecustomize.py")
-    shutil.copyfile(Path(__file__).with_name("sanitize_hook.py"), folder / "perfagent_sanitize.py")
+    for old in folder.glob("_s*.py"):
+        old.unlink()
+    shutil.copyfile(Path(__file__).with_name("sanitize_hook.py"), folder / f"_s{secrets.token_hex(8)}.py")
     return folder
 
 
@@ -65,15 +69,15 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
 
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,
-              lines_dir: Path | None = None, sanitize_dir: Path | None = None) -> CommandRun:
-    """One run of the correctness command; with `lines_dir`, its processes record the changed lines
-    they execute there (agent.checks.coverage); with `sanitize_dir`, the reads of uninitialised
-    memory they make (agent.checks.sanitizer)."""
+              lines_dir: Path | None = None, sanitize_dir: Path | None = None, key: str | None = None) -> CommandRun:
+    """One run of a check command; with `lines_dir`, its processes record the changed lines they
+    execute there (agent.checks.coverage); with `sanitize_dir`, the reads of uninitialised memory
+    they make (agent.checks.sanitizer); their rows signed with `key` (agent.checks.records)."""
     extra: dict[str, str] = dict(POISON_ENV) if poison else {}
     if lines_dir is not None:
         extra["PERFAGENT_LINES"] = str(lines_dir)
     if sanitize_dir is not None:
         extra["PERFAGENT_SANITIZE"] = str(sanitize_dir)
     writable = tuple(d for d in (lines_dir, sanitize_dir) if d is not None)
-    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=writable)
+    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=writable, key=key)
     return to_run(name, res)

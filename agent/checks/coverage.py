@@ -4,7 +4,8 @@ Recorded in the target's own interpreter by our check hook (check_hook.py), with
 installed there: every Python process the correctness command starts appends the lines of the
 changed files it runs to a file of its own in a folder the harness owns. "Not measured" (no
 process recorded anything, and why) is kept apart from "not executed" (recorded, line not run):
-neither is reported as the other. Statements are found here with coverage.py's parser: blank
+neither is reported as the other. Only rows signed with the run's key count (agent.checks.records):
+a row code under test appends claims nothing. Statements are found here with coverage.py's parser: blank
 lines, comments and the inner lines of a multi-line statement fold into their statement, and
 `# pragma: no cover` is deliberately not honoured: a patch cannot excuse its own lines.
 """
@@ -21,6 +22,7 @@ from coverage.parser import PythonParser
 
 from agent.checks.evaluation import CoverageResult
 from agent.checks.patchinfo import FileLines
+from agent.checks.records import read_rows
 from agent.util.files import empty_folder
 
 NOT_STARTED = ("no Python process of the correctness command started perfagent's hook (the command "
@@ -35,6 +37,8 @@ class Recorded:
     why: str | None = None
     processes: int = 0
     notes: list[str] = field(default_factory=list)
+    forged: int = 0  # rows whose tag did not verify: written by something other than the hook
+    unkeyed: int = 0  # processes that started without the run's key (started by the tests themselves)
 
 
 def prepare(folder: Path, root: Path, files: list[str]) -> Path:
@@ -50,16 +54,15 @@ def target_paths(root: Path, files: list[str]) -> list[str]:
     return sorted({p for f in files for p in (str(root / f), os.path.realpath(root / f))})
 
 
-def recorded(folder: Path) -> Recorded:
-    """Real path -> executed line numbers, union over every process that recorded."""
+def recorded(folder: Path, key: str) -> Recorded:
+    """Real path -> executed line numbers, union over every process that recorded with `key`."""
     out = Recorded()
     lines: dict[str, set[int]] = {}
     for f in sorted(folder.glob("lines.*")):
-        try:
-            text = f.read_text(errors="replace")
-        except OSError:
-            continue
-        for row in text.splitlines():
+        got = read_rows(f, key)
+        out.forged += got.forged
+        out.unkeyed += got.no_key
+        for row in got.rows:
             if row.startswith("#"):
                 out.processes += row.startswith("#started")
                 if row.startswith("#error"):
@@ -120,4 +123,16 @@ def classify(root: Path, changed: list[FileLines], rec: Recorded) -> CoverageRes
             result.changed.append(name)
             if executed is not None:
                 (result.covered if stmt in ran_statements else result.uncovered).append(name)
+    result.note = "; ".join(filter(None, [result.note, *untrusted(rec.forged, rec.unkeyed, "lines they ran")])) or None
     return result
+
+
+def untrusted(forged: int, unkeyed: int, what: str) -> list[str]:
+    """What was left out of a recording, in words."""
+    out = []
+    if forged:
+        out.append(f"{forged} record row(s) refused: not signed by perfagent's hook (written by the code under test)")
+    if unkeyed:
+        out.append(f"{unkeyed} process(es) started by the command itself ran without the harness's key: "
+                   f"{what} do not count")
+    return out

@@ -13,7 +13,7 @@ from pydantic import BaseModel, computed_field
 from agent.checks.integrity import IntegrityResult
 from agent.checks.stats import Direction, PerfAnswer, speedup
 
-# "suspicious": the checks passed, but something needs a person first (flagged code, an implausible speedup).
+# "suspicious": the checks passed, but something needs a person first (flagged code).
 # "no-change": there was nothing to grade (the run emitted no change); only a report's evaluation says it.
 Verdict = Literal["pass", "fail", "unverified", "rejected", "suspicious", "error", "no-change"]
 
@@ -72,7 +72,9 @@ class SanitizerResult(BaseModel):
     measured: bool = True
     reads: list[UninitRead] = []
     elsewhere: list[UninitRead] = []
-    note: str | None = None  # why nothing was measured
+    allocated: list[str] = []  # "file:line" of the changed files' lines that allocated uninitialised memory
+    tampered: bool = False  # a process's records or closing record do not add up: `note` says how
+    note: str | None = None  # why nothing was measured; or, measured, how far the records can be trusted
 
 
 class DeviceRead(BaseModel):
@@ -110,6 +112,21 @@ class ReadSiteResult(BaseModel):
     how: str = ""
     guard: str | None = None  # the conditions on the way to it (its path)
     executed: bool = False
+    bench: bool = False  # the bench ran it under the sanitizer, which saw no read of unwritten elements
+
+
+class BenchCheck(BaseModel):
+    """The task's bench command, run once on the candidate under the tests' instruments (poisoned
+    memory, the sanitizer, changed-line recording): a change that behaves differently under the bench
+    than under the tests (a size, a module, argv) meets the evidence at the bench's sizes. The bench
+    asserts nothing: what it shows is reads of unwritten memory, and which changed lines it ran."""
+
+    run: CommandRun
+    sanitizer: SanitizerResult | None = None
+    ran: list[str] = []  # changed lines ("file:line") the bench ran
+    only_here: list[str] = []  # changed lines that allocated uninitialised memory here but never in the tests
+    base_fails: bool = False  # the unchanged base's bench fails under the same instruments too
+    note: str | None = None
 
 
 class Hygiene(BaseModel):
@@ -121,6 +138,35 @@ class DiffStats(BaseModel):
     files: list[str] = []
     insertions: int = 0
     deletions: int = 0
+
+
+class ClockSaving(BaseModel):
+    """What one outside clock saw the candidate's bench process save per process, in seconds: the
+    Hodges-Lehmann estimate of the paired per-round differences (baseline - candidate), with its
+    distribution-free signed-rank interval."""
+
+    estimate_s: float
+    low_s: float
+    high_s: float
+    confidence: float = 0.95
+
+
+class OutsideClock(BaseModel):
+    """The harness's own view of each bench process, out of the code's reach (agent.checks.confirm):
+    wall time (from its start to its exit) and CPU time (kernel accounting, its children included),
+    per side and round; and whether they see the gain the metric line claims."""
+
+    baseline_wall_s: list[float] = []
+    candidate_wall_s: list[float] = []
+    baseline_cpu_s: list[float] = []
+    candidate_cpu_s: list[float] = []
+    calls: int = 1  # timed calls per bench process (the task's `perf.calls`)
+    claimed_s: float | None = None  # the saving per process the metric claims; None: not a time metric
+    claimed_low_s: float | None = None  # the least of it the metric's own interval supports: what must be seen
+    wall: ClockSaving | None = None
+    cpu: ClockSaving | None = None
+    confirmed: bool | None = None  # None: not applied (not "faster", or no outside figures)
+    note: str = ""
 
 
 class PerfResult(BaseModel):
@@ -159,6 +205,7 @@ class PerfResult(BaseModel):
     # check that measurements on one device never overlapped
     error: str | None = None  # the bench failed or did not print the metric
     error_side: str | None = None  # "baseline", "candidate" or "reference"
+    outside: OutsideClock | None = None  # the harness's clock on the same processes (None in older reports)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -221,6 +268,7 @@ class Evaluation(BaseModel):
     sanitizer: SanitizerResult | None = None
     initcheck: InitcheckResult | None = None
     read_sites: list[ReadSiteResult] = []
+    bench_check: BenchCheck | None = None
     perf: PerfResult | None = None
     reference: ReferenceResult | None = None
     environment: Environment = Environment()

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Hygiene,
-                                     InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult)
+from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DiffStats, Environment,
+                                     Hygiene, InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult,
+                                     SanitizerResult)
 from agent.checks.integrity import IntegrityResult
 
 
@@ -38,6 +39,7 @@ class Evidence(BaseModel):
     sanitizer: SanitizerResult | None = None
     initcheck: InitcheckResult | None = None
     read_sites: list[ReadSiteResult] = []
+    bench_check: BenchCheck | None = None  # the bench run once under the tests' instruments
     perf: PerfResult | None = None  # the samples and their comparison; `error` when a bench failed
     reference: ReferenceResult | None = None
     error: str | None = None  # the task itself could not be checked (its setup, its baseline's bench)

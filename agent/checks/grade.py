@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from agent.checks.evaluation import CommandRun, Evaluation, Verdict
+from agent.checks import confirm
+from agent.checks.evaluation import CommandRun, Evaluation, OutsideClock, Verdict
 from agent.checks.evidence import Evidence
-from agent.checks.integrity import plausibility_problem
 from agent.checks.render import compact_lines, device_reads_line, read_line, read_path
-from agent.checks.stats import speedup
 from agent.task import TaskSpec
 
 Rule = Callable[[Evidence, TaskSpec], list[str]]  # why the verdict it stands for applies; [] when it does not
@@ -69,6 +68,24 @@ def reads_before_writes(e: Evidence, spec: TaskSpec) -> list[str]:
     return ["buffers read before they are written (sanitizer): " + "; ".join(read_line(r) for r in reads[:4]) + more]
 
 
+def bench_reads_before_writes(e: Evidence, spec: TaskSpec) -> list[str]:
+    b = e.bench_check
+    reads = b.sanitizer.reads if b is not None and b.sanitizer is not None else []
+    if not reads:
+        return []
+    more = f" and {len(reads) - 4} more" if len(reads) > 4 else ""
+    return ["the bench run under the sanitizer reads buffers before they are written: "
+            + "; ".join(read_line(r) for r in reads[:4]) + more]
+
+
+def bench_fails_poisoned(e: Evidence, spec: TaskSpec) -> list[str]:
+    b = e.bench_check
+    if b is None or b.run.passed or b.run.timed_out or b.base_fails:
+        return []
+    return [f"the bench fails with uninitialised memory poisoned (exit code {b.run.exit_code}), "
+            f"and the unchanged base's does not"]
+
+
 def device_reads(e: Evidence, spec: TaskSpec) -> list[str]:
     if e.initcheck is None or not e.initcheck.reads:
         return []
@@ -78,6 +95,12 @@ def device_reads(e: Evidence, spec: TaskSpec) -> list[str]:
 def candidate_bench_fails(e: Evidence, spec: TaskSpec) -> list[str]:
     p = e.perf
     return [p.error] if p is not None and p.error is not None and p.error_side == "candidate" else []
+
+
+def gain_not_confirmed(e: Evidence, spec: TaskSpec) -> list[str]:
+    """The metric line is the code's word; the harness's own clock on the same processes must agree."""
+    o = outside(e, spec)
+    return [f"not confirmed: {o.note}"] if o is not None and o.confirmed is False else []
 
 
 def changed_lines_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
@@ -92,30 +115,45 @@ def changed_lines_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
 def reads_unwatched(e: Evidence, spec: TaskSpec) -> list[str]:
     """The patch allocates uninitialised memory and nothing watched its reads: the sanitizer was not
     measured, or initcheck ran but its report did not come back whole (a flooded output, say)."""
-    if not e.uninitialised:
+    watched = [("", e.sanitizer), *([("the bench run: ", e.bench_check.sanitizer)] if e.bench_check else [])]
+    tampered = [f"{where}{s.note}" for where, s in watched if s is not None and s.tampered]
+    if not (uninitialised(e) or tampered):
         return []
     out = []
-    if e.sanitizer is not None and not e.sanitizer.measured:
-        out.append(e.sanitizer.note or "uninitialised reads not measured")
+    for where, s in watched:
+        if s is not None and not s.measured:
+            out.append(where + (s.note or "uninitialised reads not measured"))
     if e.initcheck is not None and not e.initcheck.measured and e.initcheck.run is not None:
         out.append(f"uninitialised device reads not measured: {e.initcheck.note}")
     return out
+
+
+def uninitialised(e: Evidence) -> set[str]:
+    """The changed lines that allocate uninitialised memory: as written (`empty(`), or as seen allocating
+    by a sanitizer, however the call was spelled."""
+    changed = {f"{path}:{n}" for path, lines in e.changed_lines.items() for n in lines}
+    seen = {a for s in (e.sanitizer, e.bench_check.sanitizer if e.bench_check else None) if s is not None
+            for a in s.allocated}
+    return set(e.uninitialised) | (seen & changed)
+
+
+def allocated_only_in_bench(e: Evidence, spec: TaskSpec) -> list[str]:
+    b = e.bench_check
+    if b is None or not b.only_here:
+        return []
+    return [f"{compact_lines(b.only_here)} allocate uninitialised memory only in the bench run (the tests run "
+            f"them without): no test checks the values they leave"]
 
 
 def read_sites_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
     """Passing tests are not enough: every read of a buffer left uninitialised must have run."""
     return [f"{s.buffer.rsplit(':', 1)[0]}:{s.line} reads the buffer allocated uninitialised "
             f"at line {s.buffer.rsplit(':', 1)[1]}{read_path(s)}: no test runs it"
-            for s in e.read_sites if not s.executed]
+            for s in e.read_sites if not s.executed and not s.bench]
 
 
 def flagged_code(e: Evidence, spec: TaskSpec) -> list[str]:
     return [f"flagged: {f}" for f in e.integrity.flags]
-
-
-def implausible_speedup(e: Evidence, spec: TaskSpec) -> list[str]:
-    problem = plausibility(e, spec)
-    return [f"suspicious speedup: {problem}"] if problem else []
 
 
 RULES: list[tuple[Verdict, Rule]] = [
@@ -128,13 +166,16 @@ RULES: list[tuple[Verdict, Rule]] = [
     ("fail", tests_fail),
     ("fail", poisoned_tests_fail),
     ("fail", reads_before_writes),
+    ("fail", bench_reads_before_writes),
+    ("fail", bench_fails_poisoned),
     ("fail", device_reads),
     ("fail", candidate_bench_fails),
+    ("fail", gain_not_confirmed),
     ("unverified", changed_lines_unrun),
     ("unverified", reads_unwatched),
+    ("unverified", allocated_only_in_bench),
     ("unverified", read_sites_unrun),
     ("suspicious", flagged_code),
-    ("suspicious", implausible_speedup),
 ]
 FINAL: frozenset[Verdict] = frozenset({"error", "no-change", "rejected", "fail"})  # nothing weaker is argued
 # what the evaluation reports of the evidence as it was found (perf and integrity get the grade's word added)
@@ -154,12 +195,15 @@ def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
         elif verdict in FINAL and level not in FINAL:
             break
         reasons += said
-    problem = plausibility(e, spec)
-    perf = e.perf.model_copy(update={"verdict": "suspicious"}) if problem and e.perf is not None else e.perf
+    perf = e.perf
+    if perf is not None and perf.outside is not None:
+        o = outside(e, spec)
+        perf = perf.model_copy(update={"outside": o, **({"verdict": "not confirmed"} if o and o.confirmed is False
+                                                           else {})})
     note = reasons.pop(0) if verdict == "no-change" else None
     carried = {name: getattr(e, name) for name in CARRIED}
     return Evaluation(**carried, verdict=verdict, reasons=reasons, note=note, perf=perf,
-                      integrity=e.integrity.model_copy(update={"plausibility": problem}))
+                      integrity=e.integrity.model_copy(update={"plausibility": None}))
 
 
 def decided(e: Evidence, spec: TaskSpec) -> bool:
@@ -167,13 +211,13 @@ def decided(e: Evidence, spec: TaskSpec) -> bool:
     return any(level in FINAL and rule(e, spec) for level, rule in RULES)
 
 
-def plausibility(e: Evidence, spec: TaskSpec) -> str | None:
-    """Why a significant speedup is beyond belief (the task's bound, unless the reference reaches it too)."""
+def outside(e: Evidence, spec: TaskSpec) -> OutsideClock | None:
+    """The outside clock's figures judged under the task as it is now (its `calls`, its `max_speedup`
+    hint), so that evidence graded again under a changed task is judged by the new one."""
     p = e.perf
-    if spec.perf is None or p is None or p.ratio is None or p.verdict != "faster":
+    if p is None or p.outside is None or spec.perf is None:
         return None
-    ref = e.reference.speedup if e.reference is not None else None
-    return plausibility_problem(speedup(p.ratio, p.direction), spec.perf.max_speedup, ref)
+    return confirm.judge(p, p.outside, calls=spec.perf.calls, max_speedup=spec.perf.max_speedup)
 
 
 def _ids(run: CommandRun) -> str:

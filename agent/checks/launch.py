@@ -9,6 +9,7 @@ side's samples from one server of its own.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -61,12 +62,14 @@ class Launcher:
             return self._servers[key]
 
     def run(self, command: str, *, timeout_s: float, env: dict[str, str] | None = None,
-            writable: tuple[Path, ...] = ()) -> CommandResult:
+            writable: tuple[Path, ...] = (), key: str | None = None) -> CommandResult:
+        """`key` signs what the check hook records (agent.checks.records): a warm child gets it in its
+        request, a cold command from an inherited descriptor its hook closes; never the environment."""
         cmd = parse_python(command) if self.warm else None
         server = self._server(cmd.interpreter, writable, _preload(cmd.argv, cmd.module)) if cmd else None
         if server is not None:
             try:
-                res = replace(server.run(cmd, timeout_s=timeout_s, env=env), command=command)
+                res = replace(server.run(cmd, timeout_s=timeout_s, env=env, key=key), command=command)
             except WarmError as e:
                 self.log(f"{e}; starting each process cold from now on")
                 with self._lock:
@@ -80,8 +83,16 @@ class Launcher:
                             del self._servers[(cmd.interpreter, writable)]
                     server.close()
                 return res
-        return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},
-                           writable=writable)
+        if key is None:
+            return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},
+                               writable=writable)
+        fd = os.memfd_create("perfagent-key", 0)  # inheritable: the command's processes read it, at offset 0
+        try:
+            os.write(fd, key.encode())
+            return run_command(command, self.root, timeout_s=timeout_s, writable=writable, pass_fds=(fd,),
+                               env={**self.env, **(env or {}), "PERFAGENT_KEY_FD": str(fd)})
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

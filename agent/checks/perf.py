@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, NoReturn
 
+from agent.checks.confirm import settled
 from agent.checks.correctness import pytest_env
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
@@ -66,15 +67,23 @@ class Samples:
     unit: str | None
     comparison: Comparison | None
     timer: str | None = None  # how the bench says it timed (the baseline's last line)
+    # per side, next to `values` (warm-up excluded): each sample's process as the harness saw it,
+    # its wall and CPU time in seconds (None where unknown); agent.checks.confirm holds the metric to them
+    wall: dict[str, list[float | None]] = field(default_factory=dict)
+    cpu: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 class Reading(NamedTuple):
     """One bench sample: the metric's value, its unit, and how the bench says it timed it
-    ("cuda-events, L2 flushed"), from the optional "timer" and "l2_flushed" keys of its line."""
+    ("cuda-events, L2 flushed"), from the optional "timer" and "l2_flushed" keys of its line; and
+    what the harness saw of its process from outside, out of the code's reach: wall and CPU
+    seconds (None where unknown), which the metric's claimed gain must agree with."""
 
     value: float
     unit: str | None = None
     timer: str | None = None
+    wall_s: float | None = None
+    cpu_s: float | None = None
 
 
 def _timer(obj: dict) -> str | None:
@@ -126,7 +135,8 @@ def perf_env(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = (
 def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None,
               read: tuple[Path, ...] = ()) -> Reading:
     """One bench process, started from scratch in its own sandbox."""
-    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir, read))
+    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir, read),
+                      account_cpu=True)
     return _metric(side, res, spec)
 
 
@@ -135,7 +145,7 @@ def _metric(side: str, res: CommandResult, spec: PerfSpec) -> Reading:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
     try:
-        return parse_metric(res.output, spec.metric)
+        return parse_metric(res.output, spec.metric)._replace(wall_s=res.wall_s, cpu_s=res.cpu_s)
     except ValueError as e:
         raise BenchError(side, f"{side} bench: {e}") from None
 
@@ -214,6 +224,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
     level = sequential_alpha(policy.min_pairs, policy.max_pairs, looks=policy.looks)
     values: dict[str, list[float]] = {s: [] for s in sides}
     warmup: dict[str, list[float]] = {s: [] for s in sides}
+    wall: dict[str, list[float | None]] = {s: [] for s in sides}
+    cpu: dict[str, list[float | None]] = {s: [] for s in sides}
     unit = timer = None
     comparison = None
     for rnd in range(policy.warmup + policy.max_pairs):
@@ -233,6 +245,9 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
         for side in order:
             value, unit = got[side][:2]
             (warmup if is_warmup else values)[side].append(value)
+            if not is_warmup:
+                wall[side].append(getattr(got[side], "wall_s", None))
+                cpu[side].append(getattr(got[side], "cpu_s", None))
         timer = getattr(got["baseline"], "timer", None)
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
         log(f"perf {label}: " + ", ".join(f"{s}={(warmup if is_warmup else values)[s][-1]:.4g}" for s in sides)
@@ -243,7 +258,10 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                         seed, alpha=level)
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
+            if why is not None and n < policy.max_pairs and not settled(comparison, spec.direction, spec.metric,
+                                                                         unit, spec.calls, wall, cpu):
+                why = None  # the metric says faster; the harness's clock has not said yes or no yet
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break
-    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer)
+    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer, wall=wall, cpu=cpu)

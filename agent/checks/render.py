@@ -16,9 +16,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agent.checks.evaluation import (CommandRun, CoverageResult, DeviceRead, DiffStats, Environment, Evaluation,
-                                     InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult,
-                                     UninitRead)
+from agent.checks.confirm import clock_text, seconds
+from agent.checks.evaluation import (BenchCheck, CommandRun, CoverageResult, DeviceRead, DiffStats, Environment,
+                                     Evaluation, InitcheckResult, OutsideClock, PerfResult, ReadSiteResult,
+                                     ReferenceResult, SanitizerResult, UninitRead)
 from agent.checks.evidence import Evidence
 from agent.checks.integrity import IntegrityResult
 from agent.util.text import first_line, tail_lines
@@ -29,7 +30,9 @@ COVERAGE = "coverage of changed lines"
 SANITIZER = "uninitialised reads"
 INITCHECK = "initcheck"
 READ_SITES = "read sites run"
-_PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "suspicious": "bad"}
+BENCH_CHECK = "bench run under the sanitizer"
+_PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "not confirmed": "bad", "suspicious": "bad"}
+OUTSIDE = "outside clock"
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,16 @@ def perf_line(p: PerfResult) -> str:
                if p.verdict == "inconclusive" else ""))
 
 
+def outside_line(o: OutsideClock) -> str:
+    """'confirmed: wall 48.1 ms [45, 51.2 ms] saved per process, cpu ...; metric claims 47.5 ms (5 calls)'."""
+    word = {True: "confirmed", False: "NOT confirmed", None: "not applied"}[o.confirmed]
+    seen = ", ".join(f"{name} {clock_text(c)}" for name, c in (("wall", o.wall), ("cpu", o.cpu)) if c is not None)
+    claim = (f"metric claims {seconds(o.claimed_s)} ({o.calls} call{'s' if o.calls != 1 else ''})"
+             if o.claimed_s is not None else "metric is not a time: its direction only")
+    text = f"{word}: " + (f"{seen} saved per process; " if seen else "no outside figures; ") + claim
+    return text + (f" ({o.note})" if o.confirmed is None and o.note else "")
+
+
 def _diff_line(d: DiffStats) -> str:
     return f"{len(d.files)} files, +{d.insertions} -{d.deletions}"
 
@@ -132,7 +145,7 @@ def blame(ev: Evidence) -> dict[str, str]:
     for r in ev.sanitizer.reads if ev.sanitizer is not None else []:
         out.setdefault(r.buffer, f"read before written: {read_line(r).split('` ', 1)[-1]}")
     for site in ev.read_sites:
-        if not site.executed:
+        if not site.executed and not site.bench:
             out.setdefault(site.buffer, f"read at line {site.line}{read_path(site)}: no test runs it")
     return out
 
@@ -142,8 +155,28 @@ def _sanitizer_line(s: SanitizerResult) -> str:
         return s.note or "not measured"
     if not s.reads:
         base = f"; {len(s.elsewhere)} already uninitialised at base" if s.elsewhere else ""
-        return "no buffer of the patch read before it is written" + base
-    return f"{len(s.reads)} read(s) before a write: " + "; ".join(read_line(r) for r in s.reads)
+        return "no buffer of the patch read before it is written" + base + _note(s.note)
+    return f"{len(s.reads)} read(s) before a write: " + "; ".join(read_line(r) for r in s.reads) + _note(s.note)
+
+
+def _bench_check_line(b: BenchCheck) -> str:
+    """What running the bench once under the instruments showed, and what it could not."""
+    run = "ran" if b.run.passed else "timed out" if b.run.timed_out else f"failed (exit code {b.run.exit_code})"
+    parts = [f"{run} in {b.run.duration_s:.1f}s"]
+    if b.sanitizer is not None:
+        parts.append(_sanitizer_line(b.sanitizer))
+    if b.ran:
+        parts.append(f"ran changed lines {compact_lines(b.ran)} (reads watched, results unchecked)")
+    if b.only_here:
+        parts.append(f"uninitialised only here: {compact_lines(b.only_here)}")
+    return "; ".join(parts) + _note(b.note)
+
+
+def _bench_check_level(b: BenchCheck) -> Level:
+    if (b.sanitizer is not None and b.sanitizer.reads) or (not b.run.passed and not b.run.timed_out
+                                                           and not b.base_fails):
+        return "bad"
+    return "warn" if b.only_here or b.note or (b.sanitizer is not None and not b.sanitizer.measured) else "ok"
 
 
 def device_reads_line(reads: list[DeviceRead], limit: int = 4) -> str:
@@ -170,9 +203,11 @@ def _initcheck_line(i: InitcheckResult) -> str:
 
 def _read_sites_line(sites: list[ReadSiteResult]) -> str:
     """The count, and the reads no test ran (each one's path is in the verdict's reasons)."""
-    missed = sorted({f"{s.buffer.rsplit(':', 1)[0]}:{s.line}" for s in sites if not s.executed},
+    missed = sorted({f"{s.buffer.rsplit(':', 1)[0]}:{s.line}" for s in sites if not s.executed and not s.bench},
                     key=lambda n: (n.rsplit(":", 1)[0], int(n.rsplit(":", 1)[1])))
+    benched = sum(1 for s in sites if s.bench and not s.executed)
     text = f"{len(sites) - len(missed)}/{len(sites)} read sites of the patch's uninitialised buffers run by the tests"
+    text += f" ({benched} of them only by the bench, under the sanitizer)" if benched else ""
     return text + (f"; NOT run: {compact_lines(missed)}" if missed else "")
 
 
@@ -219,12 +254,16 @@ def summarize(ev: Evaluation) -> str:
                    + _coverage_tail(cov) + _note(cov.note))
     if ev.sanitizer is not None:
         out.append(f"{SANITIZER}: {_sanitizer_line(ev.sanitizer)}")
+    if ev.bench_check is not None:
+        out.append(f"{BENCH_CHECK}: {_bench_check_line(ev.bench_check)}")
     if ev.initcheck is not None:
         out.append(f"{INITCHECK}: {_initcheck_line(ev.initcheck)}")
     if ev.read_sites:
         out.append(f"{READ_SITES}: {_read_sites_line(ev.read_sites)}")
     if ev.perf is not None:
         out.append("perf: " + perf_line(ev.perf) + (" (quick)" if ev.quick else ""))
+        if ev.perf.outside is not None:
+            out.append(f"{OUTSIDE}: {outside_line(ev.perf.outside)}")
     if ev.reference is not None:
         r = ev.reference
         out.append(f"reference: {r.error}" if r.error else f"reference {_reference_line(r)}")
@@ -240,7 +279,8 @@ def _run_row(name: str, run: CommandRun | None, enabled: bool = True) -> Row:
 
 
 def _integrity_row(i: IntegrityResult) -> Row:
-    """Refusals, flagged lines and an implausible speedup, all of them: what a person must look at first."""
+    """Refusals and flagged lines, all of them: what a person must look at first (and an older
+    report's implausible speedup: a fixed bound, since replaced by the outside clock)."""
     parts = [*i.refused, *(f"flagged {f}" for f in i.flags)]
     if i.plausibility:
         parts.append(f"suspicious speedup: {i.plausibility}")
@@ -292,14 +332,19 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
     if ev.sanitizer is not None:
         s = ev.sanitizer
         rows.append(Row(SANITIZER, _sanitizer_line(s), "warn" if not s.measured else "bad" if s.reads else "ok"))
+    if ev.bench_check is not None:
+        rows.append(Row(BENCH_CHECK, _bench_check_line(ev.bench_check), _bench_check_level(ev.bench_check)))
     if ev.initcheck is not None:
         i = ev.initcheck
         rows.append(Row(INITCHECK, _initcheck_line(i), "warn" if not i.measured else "bad" if i.reads else "ok"))
     if ev.read_sites:
-        missed = any(not s.executed for s in ev.read_sites)
+        missed = any(not s.executed and not s.bench for s in ev.read_sites)
         rows.append(Row(READ_SITES, _read_sites_line(ev.read_sites), "warn" if missed else "ok"))
     if ev.perf is not None:
         rows.append(_perf_row(ev.perf))
+        o = ev.perf.outside
+        if o is not None:
+            rows.append(Row(OUTSIDE, outside_line(o), {True: "ok", False: "bad", None: "info"}[o.confirmed]))
     if ev.reference is not None:
         rows.append(_reference_row(ev.reference))
     return rows + [Row("warning", w, "warn") for w in ev.warnings]

@@ -11,8 +11,15 @@ as read. Each read of uninitialised elements is appended as a JSON line to a fil
 process's own in <folder>: which buffer (allocation site), which op and argument, how many
 elements, where it was called from, and which test was running (PERFAGENT_TEST, or pytest's
 PYTEST_CURRENT_TEST). Runs in the target's interpreter: standard library and torch only.
+
+Every row is signed by the check hook (`sign`), and at exit a closing row says whether the mode was
+still on the dispatch stack, how many ops it saw, whether a canary (an unwritten tensor of its own,
+read through an op) was caught as a read, and a digest of the rows this process wrote: a process
+whose closing row is missing or does not add up measured nothing the harness can trust.
 """
 
+import atexit
+import hashlib
 import json
 import os
 import re
@@ -39,6 +46,7 @@ _MOVES = {n: n for n in ("clone", "_to_copy", "index", "index_select", "gather",
 _MOVES["_index_put_impl_"] = "index_put_"
 _INPLACE_MOVES = frozenset({"copy_", "index_put_", "index_copy_", "scatter_", "masked_scatter_"})
 _DATA = frozenset({"self", "src", "source", "values", "tensors", "other"})
+_CANARY = "<canary>"
 
 
 class _Shadow:
@@ -50,18 +58,35 @@ class _Shadow:
         self.storage, self.mask, self.elem, self.site = storage, mask, elem, site
 
 
-def start(folder, after_import):
+def start(folder, after_import, sign):
     """Install the sanitizer in this process (torch already imported); `after_import(module, then)`
-    comes from the check hook."""
+    and `sign(row)` come from the check hook."""
     import torch
 
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
     out = open(os.path.join(folder, "reads.%d.%s" % (os.getpid(), os.urandom(4).hex())), "a", buffering=1)
-    out.write("#started\n")
-    sanitizer = _Sanitizer(torch, frozenset(config["targets"]), out)
+    sanitizer = _Sanitizer(torch, frozenset(config["targets"]), _Rows(out, sign))
+    sanitizer.rows.write("#started")
     sanitizer.install(config.get("kernels", []), after_import)
+    atexit.register(sanitizer.close)
     return sanitizer
+
+
+class _Rows:
+    """Signed rows appended to this process's file, and a digest of those this process wrote (a
+    forked child appends to the same file: its rows carry its pid and do not enter the digest)."""
+
+    def __init__(self, out, sign):
+        self.out, self.sign, self.pid = out, sign, os.getpid()
+        self.count, self.digest = 0, hashlib.sha256()
+
+    def write(self, row):
+        signed = self.sign(row)
+        self.out.write(signed + "\n")
+        if os.getpid() == self.pid:
+            self.count += 1
+            self.digest.update(signed.encode("utf-8", "surrogateescape") + b"\n")
 
 
 def _make_mode(torch):
@@ -79,12 +104,16 @@ def _make_mode(torch):
 
 
 class _Sanitizer:
-    def __init__(self, torch, targets, out):
+    def __init__(self, torch, targets, rows):
         self.torch = torch
         self.targets = targets
-        self.out = out
+        self.rows = rows
         self.shadows = {}  # storage data_ptr -> _Shadow
         self.seen = set()
+        self.allocated = set()  # the sites that allocated uninitialised memory here
+        self.ops = 0
+        self.mode = None
+        self.canary = False  # the canary's read was caught
         self.schemas = {}
         self.capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -92,7 +121,7 @@ class _Sanitizer:
     # -- installation -----------------------------------------------------------------------
     def install(self, kernels, after_import):
         torch = self.torch
-        mode = _make_mode(torch)(self)
+        mode = self.mode = _make_mode(torch)(self)
         mode.__enter__()  # for the life of the process; a forked child inherits nothing, it starts its own
         for method in ("tolist", "numpy", "__array__"):  # read the data without dispatching an op
             self._wrap_method(method)
@@ -112,7 +141,7 @@ class _Sanitizer:
     def _wrap_kernel(self, module, attr, name):
         original = getattr(module, attr, None)
         if original is None:
-            self.out.write("#error kernel %s not found\n" % name)
+            self.rows.write("#error kernel %s not found" % name)
             return
 
         def kernel(*args, **kwargs):
@@ -128,7 +157,30 @@ class _Sanitizer:
         setattr(module, attr, kernel)
 
     # -- the dispatch mode ------------------------------------------------------------------
+    def close(self):
+        """The closing row: still on the dispatch stack, ops seen, the canary caught, and the digest of
+        every row before it. Only the process that started the sanitizer writes one."""
+        if os.getpid() != self.rows.pid:
+            return
+        try:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+            on_stack = any(m is self.mode for m in _get_current_dispatch_mode_stack())
+        except Exception:
+            on_stack = False
+        self.canary = False
+        try:
+            canary = self.torch.empty(4)
+            self._new_shadow(canary, _CANARY, initialised=False)
+            canary.sum()  # through the mode, as any read would be
+        except Exception:
+            pass
+        summary = {"on_stack": on_stack, "ops": self.ops, "canary": self.canary, "rows": self.rows.count,
+                   "digest": self.rows.digest.hexdigest()}
+        self.rows.write("#closed " + json.dumps(summary, sort_keys=True))
+
     def dispatch(self, func, args, kwargs):
+        self.ops += 1
         name = func._overloadpacket.__name__
         if name in _ALLOCATORS:
             result = func(*args, **kwargs)
@@ -240,6 +292,9 @@ class _Sanitizer:
             site = self._site()
             if site is not None:
                 self._new_shadow(t, site, initialised=False)
+                if site not in self.allocated:  # which lines ran uninitialised, for the harness to compare
+                    self.allocated.add(site)
+                    self.rows.write(json.dumps({"alloc": site, "pid": os.getpid()}))
 
     def _new_shadow(self, t, site, initialised):
         storage = t.untyped_storage()
@@ -283,6 +338,9 @@ class _Sanitizer:
         view = self._view(sh, t)
         if bool(view.all()):
             return
+        if sh.site == _CANARY:
+            self.canary = True
+            return
         test = os.environ.get("PERFAGENT_TEST") or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
         at, via = self._callers()
         if at is not None and _REPORTERS.search(at):
@@ -293,9 +351,9 @@ class _Sanitizer:
         self.seen.add(key)
         missing = ~view
         first = [int(i) for i in missing.nonzero()[0]] if missing.dim() else []
-        self.out.write(json.dumps({"site": sh.site, "op": op, "arg": arg, "uninitialised": int(missing.sum()),
-                                   "of": int(view.numel()), "index": first, "shape": list(t.shape),
-                                   "at": at, "via": via, "test": test or None}) + "\n")
+        self.rows.write(json.dumps({"site": sh.site, "op": op, "arg": arg, "uninitialised": int(missing.sum()),
+                                    "of": int(view.numel()), "index": first, "shape": list(t.shape),
+                                    "at": at, "via": via, "test": test or None, "pid": os.getpid()}))
 
     def mark(self, t):
         sh = self.shadow(t)

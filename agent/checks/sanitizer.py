@@ -6,7 +6,11 @@ unwritten elements to a file of their own in a folder the harness owns. Here tho
 become one result: the patch's buffers (allocated on a changed line) read before written, each
 with its op, call site and the tests it happened in, kept apart from allocations the base
 already made uninitialised; and "not measured" (no process started the sanitizer, and why)
-apart from "nothing read".
+apart from "nothing read". Only rows signed with the run's key count (agent.checks.records), and
+every process that started the sanitizer must have closed it: a closing row that is missing, says
+the mode left the dispatch stack or the canary read went unseen, or whose digest does not match
+the rows before it, makes the whole result "not measured". This evidence is still gathered inside
+the processes under test; `note` says so when it is all there is.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import json
 import os
 from pathlib import Path
 
-from agent.checks.coverage import target_paths
+from agent.checks.coverage import target_paths, untrusted
 from agent.checks.evaluation import SanitizerResult, UninitRead
 from agent.checks.patchinfo import FileLines
+from agent.checks.records import digest, read_rows
 from agent.util.files import empty_folder
 
 NOT_STARTED = ("no process of the poisoned run imported torch with perfagent's hook (the tests use no torch, "
@@ -33,24 +38,33 @@ def prepare(folder: Path, root: Path, files: list[str], kernels: list[str]) -> P
     return folder
 
 
-def collect(folder: Path, root: Path, changed: list[FileLines]) -> SanitizerResult:
+def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> SanitizerResult:
     """Every process's records, merged per (buffer, op, argument, call site) over tests."""
-    started, errors = 0, []
+    started, errors, forged, unkeyed, tampered = 0, [], 0, 0, 0
     merged: dict[tuple, UninitRead] = {}
+    allocated: set[str] = set()
     for f in sorted(folder.glob("reads.*")):
-        try:
-            rows = f.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for row in rows:
+        got = read_rows(f, key)
+        forged += got.forged
+        unkeyed += got.no_key
+        problem = _unclosed(f, got.rows, got.signed)
+        if problem:
+            errors.append(problem)
+            tampered += 1
+        for row in got.rows:
             if row.startswith("#"):
                 started += row == "#started"
                 if row.startswith("#error"):
                     errors.append(row[len("#error "):])
                 continue
             try:
-                read = _read(json.loads(row), root)
-            except (ValueError, KeyError, TypeError):
+                raw = json.loads(row)
+                if "alloc" in raw:
+                    allocated.add(_relative(raw["alloc"].rpartition(":")[0], root) + ":"
+                                  + raw["alloc"].rpartition(":")[2])
+                    continue
+                read = _read(raw, root)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             key = (read.buffer, read.op, read.argument, read.at)
             if key in merged:
@@ -59,13 +73,50 @@ def collect(folder: Path, root: Path, changed: list[FileLines]) -> SanitizerResu
                 merged[key] = read
     if started == 0 or errors:
         why = "; ".join(dict.fromkeys(errors)) or NOT_STARTED
-        return SanitizerResult(measured=False, note=f"uninitialised reads not measured: {why}")
+        return SanitizerResult(measured=False, tampered=bool(tampered),
+                               note=f"uninitialised reads not measured: {why}")
     lines = {f.path: set(f.lines) for f in changed}
-    result = SanitizerResult()
+    result = SanitizerResult(allocated=sorted(allocated),
+                             note="; ".join([IN_PROCESS, *untrusted(forged, unkeyed, "reads they made")]))
     for read in merged.values():
         path, _, line = read.buffer.rpartition(":")
         (result.reads if int(line) in lines.get(path, ()) else result.elsewhere).append(read)
     return result
+
+
+# Said beside every trusted result: what the signing and the closing record cannot rule out.
+IN_PROCESS = "in-process evidence: signed rows, canary-checked at exit"
+
+
+def _unclosed(path: Path, rows: list[str], signed: list[str]) -> str | None:
+    """Why the process that wrote `path` cannot be trusted to have watched every read, or None."""
+    pid = path.name.split(".")[1]
+    closing = [i for i, r in enumerate(rows) if r.startswith("#closed ")]
+    if "#started" not in rows:
+        return None
+    if not closing:
+        return ("a process that ran the sanitizer left no closing record (it ended before its exit "
+                "handlers ran, or its records were removed)")
+    last = closing[-1]
+    try:
+        summary = json.loads(rows[last][len("#closed "):])
+    except ValueError:
+        return "a sanitizer's closing record is unreadable"
+    own = [s for r, s in zip(rows[:last], signed[:last]) if r.startswith("#") or _pid(r) == pid]
+    if summary.get("digest") != digest(own) or summary.get("rows") != len(own):
+        return "a sanitizer's records do not match its closing record (rows were removed or rewritten)"
+    if not summary.get("on_stack"):
+        return "the sanitizer was taken off torch's dispatch stack before the process ended"
+    if not summary.get("canary"):
+        return "the sanitizer's canary read went unseen (its checks were replaced or bypassed)"
+    return None
+
+
+def _pid(row: str) -> str | None:
+    try:
+        return str(json.loads(row).get("pid"))
+    except (ValueError, AttributeError):
+        return None
 
 
 def _read(raw: dict, root: Path) -> UninitRead:

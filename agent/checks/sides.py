@@ -12,12 +12,14 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from agent.checks.correctness import check_env, install_hook, to_run
+from agent.checks import sanitizer
+from agent.checks.correctness import check_env, install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.evaluation import CommandRun, Environment
 from agent.checks.initcheck import Initcheck
 from agent.checks.integrity import installed_top_level_modules
 from agent.checks.launch import Launcher
+from agent.checks.records import new_key
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
 from agent.env.sandbox import base_env, hidden_paths, run_command
@@ -49,6 +51,7 @@ class Sides:
         self._slot: Workspace | None = None  # the candidate's folder, reset in place between evaluations
         self._tests: Launcher | None = None  # the slot's test processes (its warm interpreters)
         self._initcheck: Initcheck | None = None  # compute-sanitizer runs, the baseline's kept
+        self._bench_at_base: CommandRun | None = None
 
     @property
     def protected(self) -> list[str]:
@@ -131,7 +134,8 @@ class Sides:
     def scrub(self) -> None:
         """Leave nothing of this candidate for the next: files (ignored ones too) and coverage data.
         A slot that will not come clean is dropped with its interpreters; the next one is new."""
-        for folder in ("coverage", "sanitizer"):  # emptied, not removed: a warm interpreter has them mounted
+        for folder in ("coverage", "sanitizer", "bench-coverage", "bench-sanitizer"):  # emptied, not removed:
+            # a warm interpreter has them mounted
             empty_folder(self.workdir / folder)
         if self._slot is not None and not self._slot.scrub():
             self._drop_slot()
@@ -196,6 +200,22 @@ class Sides:
             self._hook = install_hook(self.workdir / "hook")
         return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir, read=self.task.read,
                          plugins=self.task.spec.correctness.plugins)
+
+    def bench_at_base(self) -> CommandRun:
+        """The task's bench on the unchanged base under the poisoned run's instruments (once): whether a
+        candidate's bench failing there is the candidate's doing."""
+        if self._bench_at_base is None:
+            perf = self.task.spec.perf
+            assert perf is not None
+            root = self.baseline().root
+            reads = sanitizer.prepare(self.workdir / "bench-base", root, [], self.task.spec.correctness.kernels)
+            launcher = Launcher(root, self.test_env(root), warm=False, log=self.log)
+            try:
+                self._bench_at_base = run_check("bench at base", perf.command, launcher, timeout_s=perf.timeout_s,
+                                                poison=True, sanitize_dir=reads, key=new_key())
+            finally:
+                launcher.close()
+        return self._bench_at_base
 
     def initcheck(self) -> Initcheck:
         if self._initcheck is None:

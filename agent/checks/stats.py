@@ -25,10 +25,12 @@ from pydantic import BaseModel, ConfigDict
 Direction = Literal["lower", "higher"]
 # What an A/B comparison says (report.json keeps it as `perf.verdict`): one word per meaning, so a
 # perf answer is not the evaluation's verdict (`Verdict`), nor a batch job's outcome.
-# "suspicious": faster beyond the task's plausibility bound, with no reference to confirm it (set by grade).
+# "not confirmed": the metric says faster, but the harness's own clock, outside the bench process,
+# does not see the gain it claims (agent.checks.confirm; set by grade): not "faster".
 # "inconclusive": the maximum pairs were not enough to tell (the interval is wider than the
 # task's minimum effect, or the test stays short of its level): not a finding of no change.
-PerfAnswer = Literal["faster", "slower", "no significant change", "inconclusive", "suspicious"]
+# "suspicious": older reports only (a speedup beyond a fixed plausibility bound, retired).
+PerfAnswer = Literal["faster", "slower", "no significant change", "inconclusive", "not confirmed", "suspicious"]
 
 
 class Comparison(BaseModel):

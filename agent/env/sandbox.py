@@ -141,6 +141,11 @@ class CommandResult:
     timed_out: bool
     cut_bytes: int  # how many bytes of output were dropped from the middle
     isolation: str  # "bwrap", "unshare" or "none"
+    # Seen from outside the command, out of its reach (agent.checks.confirm): its wall time from
+    # start to exit (no output drain), and the CPU time the kernel charged it and every process
+    # it started; None where not known.
+    wall_s: float | None = None
+    cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -347,6 +352,31 @@ def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], 
 
 
 # -- running --------------------------------------------------------------------------------------
+# A subreaper between us and bubblewrap, for `run_command(account_cpu=True)`. bwrap exits on its
+# init's word, before it reaps that init, so its own rusage holds none of the command's CPU time;
+# as a subreaper this process inherits the init when bwrap exits and reaps it (and with it
+# everything the init reaped, the whole sandbox), so waiting for it gives the sandbox's CPU time.
+# It runs on the host, out of the sandbox's reach; ~12 ms.
+_REAPER = """import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[1], sys.argv[1:])
+    finally:
+        os._exit(127)
+code = 1
+while True:
+    try:
+        done, status = os.wait()
+    except ChildProcessError:
+        break
+    if done == pid:
+        code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 class _CappedReader(threading.Thread):
     """Drains a pipe into one fixed buffer, keeping the first and last `limit // 2` bytes only."""
 
@@ -396,12 +426,16 @@ def run_command(
     readable: tuple[str | Path, ...] = (),
     limits: ResourceLimits | None = None,
     cancel: threading.Event | None = None,
+    pass_fds: tuple[int, ...] = (),
+    account_cpu: bool = False,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`, sealed; never raises for the command's own failures.
 
     `cwd` is writable; so is each folder in `writable` (the caller's own output folders); each
     path in `readable` is mounted back read-only where a hidden folder covers it. Setting `cancel`
-    ends the command as a timeout does (a relay that has seen the budget spent).
+    ends the command as a timeout does (a relay that has seen the budget spent). `pass_fds` are
+    inherited by the command (a key the check hook reads, agent.checks.correctness). `account_cpu`:
+    the result's `cpu_s` is the CPU time of every process of the sandbox (bubblewrap only).
     """
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
@@ -411,13 +445,16 @@ def run_command(
     with seccomp_filter(mode == "bwrap") as seccomp:
         argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env, limits, timeout_s,
                            seccomp)
+        account_cpu = account_cpu and mode == "bwrap"  # elsewhere an orphan may outlive the command
+        if account_cpu:
+            argv = [sys.executable, "-I", "-S", "-c", _REAPER, *argv]
         start = time.monotonic()
         read_fd, write_fd = os.pipe()
         try:
             proc = subprocess.Popen(group.wrap(argv) if group else argv, cwd=str(cwd), env=env,
                                     stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
                                     start_new_session=True,  # own group: a timeout kills all
-                                    pass_fds=seccomp)
+                                    pass_fds=(*seccomp, *pass_fds))
         except BaseException:
             os.close(read_fd)
             if group:
@@ -428,9 +465,11 @@ def run_command(
     reader = _CappedReader(read_fd, max_output)
     reader.start()
     timed_out = cancelled = False
+    wall_s = cpu_s = None
     try:
-        cancelled = _wait(proc, start + timeout_s, cancel)
+        cancelled, cpu_s = _wait(proc, start + timeout_s, cancel)
         timed_out = proc.returncode is None and not cancelled
+        wall_s = time.monotonic() - start if proc.returncode is not None else None
     finally:
         _kill_group(proc)
         if group:
@@ -444,7 +483,8 @@ def run_command(
         text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
     elif cancelled:
         text += "\n[cancelled; every process of the command killed]"
-    return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode)
+    return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode, wall_s,
+                         cpu_s if account_cpu else None)
 
 
 def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
@@ -452,8 +492,34 @@ def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
     return tuple(Path(os.path.realpath(p)) for p in paths)
 
 
-def _wait(proc: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> bool:
-    """Wait for the command until `deadline`; True if `cancel` was set first (the command still runs)."""
+def _wait(proc: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> tuple[bool, float | None]:
+    """Wait for the command until `deadline`; (True if `cancel` was set first (the command still
+    runs), the CPU time of the command and everything it reaped, from `os.wait4`; None if unknown).
+
+    A pidfd says when it has ended without reaping it, so `wait4` then reaps it at once and returns
+    its rusage (Popen.wait would discard it); where there is no pidfd, Popen.wait as before.
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return _wait_plain(proc, deadline, cancel), None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([pidfd], [], [], max(0.0, min(left, 0.2 if cancel is not None else left)))
+            if ready:
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return False, usage.ru_utime + usage.ru_stime
+            if cancel is not None and cancel.is_set():
+                return True, None
+            if left <= 0:
+                return False, None
+    finally:
+        os.close(pidfd)
+
+
+def _wait_plain(proc: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> bool:
     while True:
         left = deadline - time.monotonic()
         try:

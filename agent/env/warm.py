@@ -179,10 +179,11 @@ class WarmPython:
 
     def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
             max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = (),
-            hide: tuple[Path, ...] = ()) -> CommandResult:
+            hide: tuple[Path, ...] = (), key: str | None = None) -> CommandResult:
         """Fork one child running `cmd`; `env` changes (None removes) apply to that child only, as
         do `cwd` and `path` (sys.path entries put where PYTHONPATH's go) and `hide`: folders of
-        the server's sandbox the child (and all it starts) cannot read (agent.env.zygote._hide)."""
+        the server's sandbox the child (and all it starts) cannot read (agent.env.zygote._hide). `key`
+        goes to the child's check hook in the request, never through its environment."""
         with self._lock:
             if self._dead:
                 raise WarmError(self._dead)
@@ -191,7 +192,7 @@ class WarmPython:
                 raise WarmError("the kernel has no Landlock to keep one side from reading another's checkout")
             request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
                        "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path),
-                       "hide": [str(p) for p in hide]}
+                       "hide": [str(p) for p in hide], "key": key}
             start = time.monotonic()
             try:
                 self.requests.write(json.dumps(request).encode() + b"\n")
@@ -206,7 +207,8 @@ class WarmPython:
         display = shlex.join([cmd.interpreter, *(["-m"] if cmd.module else []), *cmd.argv])
         self.clean = reply.get("clean", True)
         return CommandResult(display, reply["exit"] if not reply["timed_out"] else -signal.SIGKILL, text,
-                             time.monotonic() - start, reply["timed_out"], reply["cut"], "bwrap")
+                             time.monotonic() - start, reply["timed_out"], reply["cut"], "bwrap",
+                             reply.get("wall_s"), reply.get("cpu_s"))
 
     def close(self) -> None:
         try:

@@ -21,6 +21,7 @@ only children of one server.
 
 import builtins
 import ctypes
+import fcntl
 import importlib.machinery
 import json
 import os
@@ -30,11 +31,13 @@ import select
 import signal
 import struct
 import sys
+import termios
 import time
 import traceback
 import types
 
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 IPC_RMID = 0
 # Landlock (Linux 5.13+, no privilege needed): syscalls 444-446 on x86_64 and aarch64 alike.
@@ -77,8 +80,15 @@ def _holders(fds):
     return found
 
 
+def _cpu(usage):
+    return usage.ru_utime + usage.ru_stime
+
+
 def _sweep(keep):
-    """Kill every process of the namespace but ours."""
+    """Kill every process of the namespace but ours; the CPU time of those we reap. The server is
+    their subreaper, so what a child left behind (running, or ended and not waited for) is ours to
+    reap and its CPU time is counted: work moved into an orphan is not hidden from `cpu_s`."""
+    cpu = 0.0
     for _ in range(3):
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
         if not others:
@@ -90,10 +100,11 @@ def _sweep(keep):
                 pass
         for pid in others:
             try:
-                os.waitpid(pid, 0)
+                cpu += _cpu(os.wait4(pid, 0)[2])
             except OSError:
                 pass
         time.sleep(0.01)
+    return cpu
 
 
 def _wipe(folder):
@@ -235,6 +246,7 @@ def _run_script(script, argv):
 
 
 def _child(req, write_fd, control):
+    secret = req.pop("key", None)  # for the check hook only: gone from the request before any code under test
     os.setsid()
     os.dup2(write_fd, 1)
     os.dup2(write_fd, 2)
@@ -259,7 +271,8 @@ def _child(req, write_fd, control):
     try:
         hook = sys.modules.get("sitecustomize")
         if hook is not None and hasattr(hook, "perfagent_start"):
-            hook.perfagent_start()  # poison / coverage, as the request's environment asks
+            hook.perfagent_start(secret)  # poison / coverage, as the request's environment asks
+        secret = None
         argv = req["argv"]
         sys.path[1:1] = req.get("path", [])
         if req.get("module"):
@@ -286,17 +299,39 @@ def _child(req, write_fd, control):
     os._exit(code & 0xFF)
 
 
-def _collect(pid, read_fd, timeout_s, limit):
-    """Drain the child's output (head and tail kept) until it ends or the deadline passes."""
+def _collect(pid, read_fd, timeout_s, limit, start=None):
+    """Drain the child's output (head and tail kept) until it ends or the deadline passes.
+
+    Also what the harness sees of it from outside: `cpu_s`, the CPU time the kernel charged it and
+    the processes it reaped (`os.wait4`), and `wall_s`, from `start` (the fork) to its exit, or to
+    its last output if something it left wrote later (a metric printed by an orphan after the
+    child exited is inside the time). Draining what it wrote before it exited is not: the bytes
+    waiting in the pipe at its exit are read without moving the end. A pidfd says when it exits.
+    """
     head, tail, total = bytearray(), bytearray(), 0
     half = max(1, limit // 2)
-    deadline = time.monotonic() + timeout_s
-    status, timed_out, ended_at = None, False, None
+    start = time.monotonic() if start is None else start
+    deadline = start + timeout_s
+    status, timed_out, ended_at, usage, late_output = None, False, None, None, start
+    waiting = 0  # bytes in the pipe when the child exited: its own output, not an orphan's
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+
+    def reap(flags):
+        nonlocal status, ended_at, usage, waiting
+        done, st, ru = os.wait4(pid, flags)
+        if done:
+            status, ended_at, usage = st, time.monotonic(), ru
+            try:
+                waiting = struct.unpack("i", fcntl.ioctl(read_fd, termios.FIONREAD, b"\0" * 4))[0]
+            except OSError:
+                waiting = 0
+
     while True:
         if status is None:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status, ended_at = st, time.monotonic()
+            reap(os.WNOHANG)
         now = time.monotonic()
         if status is None and now > deadline:
             timed_out = True
@@ -304,25 +339,32 @@ def _collect(pid, read_fd, timeout_s, limit):
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
-            _, status = os.waitpid(pid, 0)
+            reap(0)
             ended_at = now
         wait = 0.05 if status is None else max(0.0, ended_at + 0.5 - now)
-        ready, _, _ = select.select([read_fd], [], [], wait)
-        if not ready:
-            if status is not None:
+        watched = [read_fd] if status is not None or pidfd is None else [read_fd, pidfd]
+        ready, _, _ = select.select(watched, [], [], wait)
+        if read_fd not in ready:
+            if status is not None and not ready:
                 break
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:
             if status is None:
-                _, status = os.waitpid(pid, 0)
+                reap(0)
             break
+        if status is not None:
+            waiting -= len(chunk)
+            if waiting < 0:  # written after the child exited
+                late_output = time.monotonic()
         total += len(chunk)
         room = max(0, half - len(head))
         head += chunk[:room]
         tail += chunk[room:]
         if len(tail) > 4 * half:
             del tail[:-half]
+    if pidfd is not None:
+        os.close(pidfd)
     os.close(read_fd)
     tail = bytes(tail[-half:])
     cut = max(0, total - len(head) - len(tail))
@@ -334,7 +376,8 @@ def _collect(pid, read_fd, timeout_s, limit):
         code = os.WEXITSTATUS(status)
     else:
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else 1
-    return {"exit": code, "output": text, "timed_out": timed_out, "cut": cut}
+    return {"exit": code, "output": text, "timed_out": timed_out, "cut": cut,
+            "wall_s": max(ended_at, late_output) - start, "cpu_s": _cpu(usage) if usage is not None else None}
 
 
 def main():
@@ -354,6 +397,10 @@ def main():
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+    try:  # what a child leaves running is reparented to us, so `_sweep` reaps it and counts its CPU
+        subreaper = ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        subreaper = False
     keep = _ancestors()
     wipe = [w for w in os.environ.get("PERFAGENT_WIPE", "").split(os.pathsep) if w]
     dev = _dev_entries()
@@ -380,9 +427,11 @@ def main():
             os.close(read_fd)
             _child(req, write_fd, (control_in, control_out))
         os.close(write_fd)
-        result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)))
+        result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)), start)
         result["duration_s"] = time.monotonic() - start
-        _sweep(keep)
+        left = _sweep(keep)
+        if result["cpu_s"] is not None:  # without a subreaper an orphan's CPU time is no one's to count
+            result["cpu_s"] = result["cpu_s"] + left if subreaper else None
         if wipe:
             result["clean"] = all([*(_wipe(w)[0] for w in wipe), _restore_dev(dev), _remove_sysv_ipc()])
         reply(result)

@@ -39,7 +39,8 @@ class JobRecord(BaseModel):
     # headline figures from report.json
     subtype: str | None = None
     verdict: str | None = None  # evaluation.verdict: pass | fail | unverified | rejected | error | no-change
-    perf_verdict: str | None = None  # faster | slower | no significant change | inconclusive | suspicious
+    perf_verdict: str | None = None  # faster | slower | no significant change | inconclusive | not confirmed
+    # (| suspicious, in reports from before the outside clock)
     speedup: float | None = None  # >1 is better, whichever way the metric points
     reference_speedup: float | None = None
     fraction_of_reference: float | None = None

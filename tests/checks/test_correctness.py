@@ -331,16 +331,20 @@ def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_pat
 
 
 @pytest.mark.slow
-def test_an_implausible_speedup_is_suspicious_not_faster(tmp_path):
+def test_a_speedup_beyond_the_hint_passes_when_the_harness_clock_sees_it(tmp_path):
+    """100x (the bench's 25 calls of a loop cut from 60 000 to 600 iterations), beyond the task's
+    max_speedup hint of 3x: the bench processes' wall and CPU time show the saving, so it is faster."""
     task, src = make_task(tmp_path, poison=False, min_effect=0.5, extra="")
     toml = Path(task.file)
-    toml.write_text(toml.read_text().replace("min_effect = 0.5", "min_effect = 0.5\nmax_speedup = 3"))
+    toml.write_text(toml.read_text().replace("min_effect = 0.5", "min_effect = 0.5\nmax_speedup = 3\ncalls = 25"))
     task = load_task(toml)
     patch = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 600")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks", seed=1) as c:
         ev = c.evaluate(patch, quick=True)
-    assert ev.perf.verdict == "suspicious" and ev.verdict == "suspicious"
-    assert "plausibility bound of 3x" in ev.integrity.plausibility
+    o = ev.perf.outside
+    assert ev.perf.verdict == "faster" and ev.perf.speedup > 3 and ev.verdict == "pass", (ev.reasons, o)
+    assert o.confirmed and o.calls == 25 and len(o.candidate_cpu_s) == ev.perf.n_pairs
+    assert "outside clock: confirmed" in summarize(ev)
 
 
 def evaluation_table_text(ev) -> str:

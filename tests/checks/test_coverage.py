@@ -112,3 +112,29 @@ def test_a_changed_file_run_before_recording_could_start_is_not_measured(tmp_pat
     else:
         assert not ev.coverage.measured and ev.coverage.uncovered == []
         assert "calc.py ran outside the import system" in ev.reasons[0]
+
+
+FORGE = (
+    "import os, sys\nsys.path.insert(0, '.')\nfrom calc import add\nassert add(2, 3) == 5\n"
+    "for value in list(os.environ.values()):  # the records folder, found without its variable's name\n"
+    "    if os.path.isfile(os.path.join(value, 'targets.json')):\n"
+    "        with open(os.path.join(value, 'lines.1.forged'), 'w') as f:\n"
+    "            f.write('#started python 3.11\\n' + os.path.abspath('calc.py') + '\\t6\\n')\n"
+    "print('1 passed')\n")
+
+
+@pytest.mark.parametrize("command", ["python tests/check.py", "sh -c 'python tests/check.py'"],
+                         ids=["warm", "cold"])
+def test_a_row_the_code_under_test_writes_claims_nothing(tmp_path: Path, command: str) -> None:
+    """The test finds the records folder and claims `unused` ran; only rows signed with the run's key
+    count, and the key reaches the hook of a forked child and of a cold command alike."""
+    make_repo(tmp_path / "repo", {**FILES, "tests/check.py": FORGE})
+    task = tmp_path / "task.toml"
+    task.write_text(f'id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    f'[correctness]\ncommand = "{command}"\npoison = false\n')
+    with Checker(load_task(task), tmp_path / "work") as checker:
+        ev = checker.evaluate(BOTH_CHANGED, perf=False)
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    assert ev.coverage.covered == ["calc.py:2"] and ev.coverage.uncovered == ["calc.py:6"]
+    assert "record row(s) refused" in ev.coverage.note
+    assert ev.verdict == "unverified"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats, Hygiene,
-                                     InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult, SanitizerResult,
+                                     InitcheckResult, OutsideClock, PerfResult, ReadSiteResult, SanitizerResult,
                                      UninitRead)
 from agent.checks.evidence import Evidence, EvidenceError, load_recorded
 from agent.checks.grade import CARRIED, FINAL, RULES, grade
@@ -38,7 +38,22 @@ def passing(**update) -> Evidence:
 
 
 UNCOVERED = CoverageResult(changed=["m.py:3"], uncovered=["m.py:3"])
-IMPLAUSIBLE = PerfResult(metric="ms", direction="lower", ratio=0.01, verdict="faster")
+
+
+def seen(saved_s: float, spread_s: float, n: int = 8) -> OutsideClock:
+    """Bench processes the harness saw save `saved_s` each, the rounds spread by `spread_s` around it."""
+    d = [saved_s + spread_s * (i - (n - 1) / 2) for i in range(n)]
+    return OutsideClock(baseline_wall_s=[1.0 + x for x in d], candidate_wall_s=[1.0] * n)
+
+
+def fast(b_ms: float, c_ms: float, outside: OutsideClock) -> PerfResult:
+    return PerfResult(metric="ms", direction="lower", unit="ms", ratio=c_ms / b_ms, verdict="faster",
+                      baseline_median=b_ms, candidate_median=c_ms, outside=outside)
+
+
+FORGED = fast(2.0, 1.0, seen(0.0, 0.0001))  # claims 1 ms less per process; the processes save nothing
+HUGE = fast(30.0, 0.03, seen(0.030, 0.0005))  # 1000x: a 30 ms memset gone, and the clock sees it
+VAGUE = fast(30.0, 0.03, seen(0.030, 0.05))  # the same claim; the clock cannot tell a saving from none
 READ = UninitRead(buffer="m.py:3", op="aten.cumsum.default", code="buf = torch.empty(n)")
 
 
@@ -70,7 +85,8 @@ def test_a_clean_change_passes_with_no_reasons():
      "m.py:9 reads the buffer allocated uninitialised at line 3"),
     ({"integrity": IntegrityResult(flags=[Flag(path="m.py", line=4, reason="monkeypatches torch")])},
      "suspicious", "flagged: m.py:4: monkeypatches torch"),
-    ({"perf": IMPLAUSIBLE}, "suspicious", "suspicious speedup: speedup 100x exceeds the plausibility bound of 10x"),
+    ({"perf": FORGED}, "fail", "not confirmed: the metric claims 1 ms less per bench process (1 call x 1 ms)"),
+    ({"perf": VAGUE}, "fail", "beyond the task's max_speedup hint of 10x, so a saving must be seen"),
     ({"changes": False, "correctness": None, "coverage": None, "perf": None}, "no-change", None),
 ])
 def test_each_rule_gives_its_verdict_and_says_why(update, verdict, reason):
@@ -95,12 +111,16 @@ def test_unread_memory_that_nothing_watched_matters_only_where_the_patch_allocat
 
 
 def test_an_unverified_change_stays_unverified_however_fast_it_seems():
-    """The speed of a change says nothing about whether it is correct: before, the same unverified patch
-    read `suspicious` when the machine was loaded enough to make its speedup look implausible."""
-    ev = grade(passing(coverage=UNCOVERED, perf=IMPLAUSIBLE), SPEC)
-    assert ev.verdict == "unverified"
-    assert ev.reasons[0].startswith("changed lines no test executed") and "suspicious speedup" in ev.reasons[1]
-    assert ev.perf.verdict == "suspicious" and ev.integrity.plausibility
+    """The speed of a change says nothing about whether it is correct."""
+    ev = grade(passing(coverage=UNCOVERED, perf=HUGE), SPEC)
+    assert ev.verdict == "unverified" and len(ev.reasons) == 1
+    assert ev.perf.verdict == "faster" and ev.perf.outside.confirmed and ev.integrity.plausibility is None
+
+
+def test_a_gain_the_clock_does_not_see_is_not_faster_and_fails():
+    ev = grade(passing(perf=FORGED), SPEC)
+    assert ev.verdict == "fail" and ev.perf.verdict == "not confirmed" and ev.perf.outside.confirmed is False
+    assert "wall" in ev.reasons[0] and "[" in ev.reasons[0]
 
 
 def test_a_failing_change_is_not_argued_about_further():
@@ -110,28 +130,38 @@ def test_a_failing_change_is_not_argued_about_further():
     assert [r.split(":")[0] for r in ev.reasons] == ["touches protected paths", "tests fail"]
 
 
-def test_the_reference_can_vouch_for_a_large_speedup():
-    vouched = ReferenceResult(ratio=0.012, verdict="faster", speedup=80.0)
-    assert grade(passing(perf=IMPLAUSIBLE, reference=vouched), SPEC).verdict == "pass"
+def test_a_1000x_speedup_the_clock_sees_passes_the_bound_is_a_hint_only():
+    """zeros -> empty on tens of MB is legitimately 1000x: no fixed bound grades it suspicious."""
+    ev = grade(passing(perf=HUGE), SPEC)
+    assert (ev.verdict, ev.reasons, ev.perf.verdict) == ("pass", [], "faster")
+    assert ev.perf.speedup == pytest.approx(1000) and ev.perf.outside.wall.low_s > 0
+
+
+def test_older_evidence_without_outside_figures_is_graded_as_before():
+    old = PerfResult(metric="ms", direction="lower", ratio=0.01, verdict="faster")
+    ev = grade(passing(perf=old), SPEC)
+    assert ev.verdict == "pass" and ev.perf.outside is None and ev.perf.verdict == "faster"
 
 
 def test_grading_changes_nothing_of_the_evidence():
-    e = passing(coverage=UNCOVERED, perf=IMPLAUSIBLE)
+    e = passing(coverage=UNCOVERED, perf=FORGED)
     before = e.model_dump()
     grade(e, SPEC)
     assert e.model_dump() == before
 
 
 def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_path):
-    """A task's bound raised after the run: the same evidence, graded again, passes."""
+    """A task's hint raised after the run: the same evidence, graded again, passes."""
     recorded = tmp_path / "checks.json"
-    e = passing(perf=IMPLAUSIBLE)
+    e = passing(perf=VAGUE)
     recorded.write_text(json.dumps([{"time": 0, "full": True, "evaluation": grade(e, SPEC).model_dump(mode="json"),
                                      "evidence": e.model_dump(mode="json")}]))
     (r,) = load_recorded(tmp_path)
-    assert r.evaluation["verdict"] == "suspicious"
-    looser = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 1000})})
+    assert r.evaluation["verdict"] == "fail" and r.evaluation["perf"]["verdict"] == "not confirmed"
+    looser = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 2000})})
     assert grade(r.evidence, looser).verdict == "pass"
+    more_calls = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 2000, "calls": 5})})
+    assert grade(passing(perf=HUGE), more_calls).verdict == "fail"  # 5 x 30 ms claimed; 30 ms seen
 
 
 def test_files_without_evidence_are_one_clear_error(tmp_path):

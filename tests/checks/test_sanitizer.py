@@ -14,9 +14,10 @@ import pytest
 from agent.checks import Checker
 from agent.checks.correctness import install_hook
 from agent.checks.patchinfo import FileLines
+from agent.checks.records import new_key
 from agent.checks.sanitizer import collect, prepare
 from agent.task import load_task
-from helpers import make_patch, make_repo
+from helpers import key_fd, make_patch, make_repo
 
 pytest.importorskip("torch")
 
@@ -29,12 +30,15 @@ def sanitize(tmp_path: Path, module: str, script: str, kernels: list[str] = (), 
     (root / "run.py").write_text(textwrap.dedent(script))
     hook = install_hook(tmp_path / "hook")
     folder = prepare(tmp_path / "reads", root, ["mod.py"], list(kernels))
-    full = {**os.environ, "PYTHONPATH": f"{hook}:{root}", "PERFAGENT_POISON": "1",
-            "PERFAGENT_SANITIZE": str(folder), **(env or {})}
-    res = subprocess.run([sys.executable, "run.py"], cwd=root, env=full, capture_output=True, text=True, timeout=120)
+    key = new_key()
+    with key_fd(key) as fd:
+        full = {**os.environ, "PYTHONPATH": f"{hook}:{root}", "PERFAGENT_POISON": "1",
+                "PERFAGENT_SANITIZE": str(folder), "PERFAGENT_KEY_FD": str(fd), **(env or {})}
+        res = subprocess.run([sys.executable, "run.py"], cwd=root, env=full, capture_output=True, text=True,
+                             timeout=120, pass_fds=(fd,))
     assert res.returncode == 0, res.stderr
     lines = sum(1 for _ in (root / "mod.py").read_text().splitlines())
-    return collect(folder, root, [FileLines("mod.py", list(range(1, lines + 1)))])
+    return collect(folder, root, [FileLines("mod.py", list(range(1, lines + 1)))], key)
 
 
 def by_line(result) -> dict[int, list]:
@@ -190,9 +194,9 @@ def test_replay_gives_prefix_sums():
 LENS = {"pkg/backend.py": ('"lens": torch.zeros(max_bs', '"lens": torch.empty(max_bs')}
 
 
-def checker_task(tmp_path: Path, extra: str = "") -> tuple:
+def checker_task(tmp_path: Path, extra: str = "", files: dict[str, str] | None = None) -> tuple:
     src = tmp_path / "src"
-    make_repo(src, {"pkg/__init__.py": "", "pkg/backend.py": BACKEND, "tests/test_backend.py": TEST})
+    make_repo(src, {"pkg/__init__.py": "", "pkg/backend.py": BACKEND, "tests/test_backend.py": TEST, **(files or {})})
     toml = tmp_path / "task.toml"
     toml.write_text(f'id = "graphs"\nrepo = "{src}"\nprompt = "p"\nprotected = ["tests/**"]\n'
                     f'[correctness]\ncommand = "python -m pytest -q -p no:cacheprovider tests"\n{extra}')
@@ -271,3 +275,88 @@ def test_a_candidate_that_hides_its_reads_from_the_sanitizer_does_not_pass(tmp_p
     assert ev.correctness.poison.passed and ev.sanitizer.reads == []  # the attack itself works
     assert ev.verdict != "pass", ev.reasons
     assert ev.integrity.flags, ev.reasons
+
+
+# -- the bench, run once under the same instruments: code that behaves differently at its sizes ---------
+BENCH = """\
+import json
+import time
+
+from pkg.backend import Backend
+
+b = Backend()
+t = time.perf_counter()
+b.init_graph_state(160)
+b.capture(160)
+print(json.dumps({"metric": "init_ms", "value": (time.perf_counter() - t) * 1000, "unit": "ms"}))
+"""
+WITH_BENCH = dict(extra='[perf]\ncommand = "python bench/bench.py"\nmetric = "init_ms"\n',
+                  files={"bench/bench.py": BENCH})
+
+
+def gated(buffer: str, size: str) -> dict:
+    """`buffer` uninitialised only at batch sizes the tests never use (the bench's 160)."""
+    return {"pkg/backend.py": (f'"{buffer}": torch.zeros({size}', f'"{buffer}": (torch.empty if max_bs > 64 else '
+                                                                   f'torch.zeros)({size}')}
+
+
+@pytest.mark.slow
+def test_a_buffer_uninitialised_only_at_the_benchs_sizes_meets_the_sanitizer_there(tmp_path):
+    """The tests build the state for 4 requests (zeros, so plain, poisoned and the sanitizer all pass);
+    the bench builds it for 160 (empty) and its capture reads `lens` before any replay wrote it. On
+    main the change passed; run once under the instruments, the bench shows the read."""
+    task, src = checker_task(tmp_path, **WITH_BENCH)
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(make_patch(src, tmp_path, gated("lens", "max_bs")), perf=False)
+    assert ev.correctness.poison.passed and ev.sanitizer.measured and ev.sanitizer.reads == []
+    assert ev.verdict == "fail", ev.reasons
+    (read,) = ev.bench_check.sanitizer.reads
+    assert read.buffer == "pkg/backend.py:7" and read.op == "aten.cumsum.default"
+    assert "bench run under the sanitizer" in ev.reasons[0]
+
+
+@pytest.mark.slow
+def test_a_buffer_uninitialised_only_in_the_bench_and_never_read_is_unverified(tmp_path):
+    """`cu` is allocated uninitialised only at the bench's size, and nothing there reads it: no read to
+    fail on, but no test ever ran the line uninitialised, so nothing shows its values do not matter."""
+    task, src = checker_task(tmp_path, **WITH_BENCH)
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(make_patch(src, tmp_path, gated("cu", "max_bs + 1")), perf=False)
+    assert ev.bench_check.run.passed and ev.bench_check.sanitizer.reads == []
+    assert ev.bench_check.only_here == ["pkg/backend.py:8"] and ev.bench_check.ran == ["pkg/backend.py:8"]
+    assert ev.verdict == "unverified" and "only in the bench run" in ev.reasons[0], ev.reasons
+
+
+# Both attacks are spelled so that no name or string of the sanitizer's appears in the patch.
+POP_STACK = """import torch as _t
+_pop = getattr(_t._C, "_pop_torch_" + "dis" + "patch_stack")
+try:
+    while True:
+        _pop(None)
+except Exception:
+    pass
+"""
+BLIND = """import torch as _t
+from torch.utils import _python_dispatch as _pd
+for _m in getattr(_pd, "_get_current_" + "dis" + "patch_mode_stack")():
+    for _v in list(vars(_m).values()):
+        for _name in [n for n in dir(type(_v)) if n.startswith("check")]:
+            setattr(type(_v), _name, lambda *a, **k: None)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", [POP_STACK, BLIND], ids=["pop-the-stack", "blind-its-checks"])
+def test_a_sanitizer_taken_off_the_stack_or_blinded_measured_nothing(tmp_path, attack):
+    """The patch reads `lens` unwritten, then takes the sanitizer off torch's dispatch stack, or replaces
+    its checks through the mode it finds there. Its records then show nothing read; its closing record
+    (still on the stack? its canary caught?) says the result cannot be trusted."""
+    task, src = checker_task(tmp_path)
+    old, new = LENS["pkg/backend.py"]
+    hostile = BACKEND.replace("import torch\n", "import torch\n" + attack, 1).replace(old, new)
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(make_patch(src, tmp_path, {"pkg/backend.py": hostile}), perf=False)
+    assert ev.correctness.poison.passed, ev.correctness.poison.output_tail
+    assert not ev.sanitizer.measured and ev.sanitizer.tampered and ev.sanitizer.reads == []
+    assert ev.verdict == "unverified", ev.reasons
+    assert any("dispatch stack" in r or "canary" in r for r in ev.reasons), ev.reasons

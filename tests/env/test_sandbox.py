@@ -221,3 +221,19 @@ def test_a_relative_path_entry_does_not_show_the_harness_folder(tmp_path, monkey
     env["PATH"] = f".::{env['PATH']}"
     res = run_command(f"cat {harness}/secret.txt", ws, env=env)
     assert "HARNESS-FOLDER-SECRET" not in res.output
+
+
+BUSY = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+
+
+@pytest.mark.skipif(isolation().mode != "bwrap", reason="CPU time is complete only in bwrap's PID namespace")
+def test_cpu_time_of_the_command_and_what_it_started_is_measured_from_outside(tmp_path):
+    (tmp_path / "busy.py").write_text(BUSY)
+    busy = run_command("python busy.py", tmp_path, account_cpu=True)
+    idle = run_command("sleep 0.3", tmp_path, account_cpu=True)
+    assert busy.cpu_s is not None and busy.cpu_s >= 0.28 and idle.cpu_s is not None and idle.cpu_s < 0.1
+    assert busy.wall_s is not None and busy.wall_s <= busy.duration_s
+    # the busy process in the background, never waited for, killed when the command ends
+    background = run_command("python busy.py & sleep 0.6", tmp_path, account_cpu=True)
+    assert run_command("python busy.py", tmp_path).cpu_s is None  # not asked: no reaper
+    assert background.cpu_s is not None and background.cpu_s >= 0.28, background.cpu_s

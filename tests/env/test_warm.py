@@ -156,3 +156,31 @@ def test_a_server_refuses_to_serve_while_another_process_holds_its_pipes(tmp_pat
     finally:
         os.close(r)
         os.close(w)
+
+
+BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}:\n    pass\n"
+
+
+def test_the_server_reports_each_childs_wall_and_cpu_time_from_outside(server):
+    """What agent.checks.confirm holds a bench's metric against: the kernel's CPU accounting and the
+    server's clock, both out of the child's reach."""
+    w, root = server
+    (root / "busy.py").write_text(BUSY.format(s=0.3))
+    (root / "idle.py").write_text("import time\ntime.sleep(0.3)\n")
+    busy = w.run(parse_python("python busy.py"), timeout_s=30)
+    idle = w.run(parse_python("python idle.py"), timeout_s=30)
+    assert busy.cpu_s is not None and idle.cpu_s is not None and busy.wall_s and idle.wall_s
+    assert busy.cpu_s >= 0.28 and idle.cpu_s < 0.1, (busy.cpu_s, idle.cpu_s)
+    assert 0.28 <= busy.wall_s < 2 and 0.28 <= idle.wall_s < 2, (busy.wall_s, idle.wall_s)
+
+
+def test_work_left_to_an_orphan_is_still_counted(server):
+    """A bench that hands its work to a process it never waits for, which prints the metric after
+    the bench exited: the orphan's CPU time and its output's time are the bench's."""
+    w, root = server
+    (root / "orphan.py").write_text("import os, sys\nif os.fork() == 0:\n    os.setsid()\n"
+                                    + "".join("    " + line + "\n" for line in BUSY.format(s=0.3).splitlines())
+                                    + "    print('late', flush=True)\n    os._exit(0)\nos._exit(0)\n")
+    res = w.run(parse_python("python orphan.py"), timeout_s=30)
+    assert "late" in res.output
+    assert res.cpu_s is not None and res.cpu_s >= 0.28 and res.wall_s >= 0.28, (res.cpu_s, res.wall_s)

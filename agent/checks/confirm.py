@@ -1,0 +1,182 @@
+"""The harness's own clock confirms the gain a bench's metric line claims.
+
+The metric line is printed by the code under test, which can forge it (wrap stdout, print 0.6x
+of the truth). The harness also sees every bench process from outside, out of that code's reach:
+its wall time and the CPU time the kernel charged it and its children (agent.env.zygote,
+agent.env.sandbox). A gain the metric claims must show there: converted to seconds per bench
+process (`calls` timed calls, the metric's time unit), the claimed saving S must not be ruled out
+by the paired per-round differences of either clock, baseline - candidate, whose 95% interval is
+the Hodges-Lehmann estimate's distribution-free signed-rank interval (exact, no resampling).
+S is the least saving the metric's own 95% interval supports (its ratio's bound nearest 1, times
+the baseline's median), not its point estimate: the claim carries noise too, and held to its
+point the rule called identical code "not confirmed" in 2 of 16 A/A trials that claimed a gain;
+a forged line is as precise as a true one, so its bound sits near its point and is still caught.
+
+    confirmed iff, for at least one clock, hi >= S
+                  (and lo > 0 too where the speedup is beyond the task's `max_speedup` hint)
+
+A metric that is not a time (a throughput) cannot be converted; then only its direction is
+checked: some clock's hi > 0. Pure functions, so re-grading recorded evidence recomputes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from agent.checks.evaluation import ClockSaving, OutsideClock, PerfResult
+from agent.checks.stats import Comparison, Direction, speedup
+
+CONFIDENCE = 0.95
+SECONDS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
+
+
+def seconds_per_unit(metric: str, unit: str | None) -> float | None:
+    """Seconds in one unit of the metric: its line's "unit", or else the name's suffix (init_ms);
+    None where it is not a time."""
+    if unit:
+        return SECONDS.get(unit.strip().lower())
+    suffix = metric.rsplit("_", 1)[-1].lower() if "_" in metric else ""
+    return SECONDS.get(suffix) if suffix in ("s", "ms", "us", "ns") else None
+
+
+def claimed_saving(baseline_median: float, candidate_median: float, direction: Direction, calls: int,
+                   per_unit: float) -> float:
+    """Seconds per bench process the metric says the candidate saves: `calls` x the medians' gap."""
+    gap = baseline_median - candidate_median if direction == "lower" else candidate_median - baseline_median
+    return calls * gap * per_unit
+
+
+def least_claimed_saving(baseline_median: float, ci_low: float, ci_high: float, direction: Direction, calls: int,
+                         per_unit: float) -> float:
+    """The saving per process at the bound of the metric's ratio interval that means the least gain."""
+    ratio = ci_high if direction == "lower" else ci_low
+    return claimed_saving(baseline_median, baseline_median * ratio, direction, calls, per_unit)
+
+
+@functools.lru_cache(maxsize=64)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(T+ <= t) for t = 0 .. n(n+1)/2 under the null: the exact law of the signed-rank statistic."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1
+    for k in range(1, n + 1):
+        counts[k:] = counts[k:] + counts[:-k].copy()
+    return tuple(np.cumsum(counts) / 2.0 ** n)
+
+
+def saving_interval(d: list[float], confidence: float = CONFIDENCE) -> ClockSaving:
+    """Hodges-Lehmann estimate of the shift of the paired differences `d`, and the signed-rank
+    interval: the k-th smallest and largest Walsh averages, k from the statistic's exact law. Where
+    no interval reaches `confidence` (fewer than 6 pairs at 95%), the widest there is, [min, max]."""
+    x = np.sort(np.asarray(d, float))
+    i, j = np.triu_indices(len(x))
+    walsh = np.sort((x[i] + x[j]) / 2)
+    cdf = np.asarray(_signed_rank_cdf(len(x)))
+    k = max(1, int(np.count_nonzero(cdf <= (1 - confidence) / 2)))
+    return ClockSaving(estimate_s=float(np.median(walsh)), low_s=float(walsh[k - 1]), high_s=float(walsh[-k]),
+                       confidence=confidence)
+
+
+def _differences(baseline: list[float], candidate: list[float]) -> list[float] | None:
+    if not baseline or len(baseline) != len(candidate):
+        return None
+    return [b - c for b, c in zip(baseline, candidate)]
+
+
+def decide(claimed_s: float | None, clocks: dict[str, ClockSaving], beyond_hint: bool) -> bool:
+    """The rule. `claimed_s` None: the metric is no time, so only its direction can be checked."""
+    need = 0.0 if claimed_s is None else claimed_s
+    for c in clocks.values():
+        sees = c.high_s > need if claimed_s is None else c.high_s >= need
+        if sees and (c.low_s > 0 or not beyond_hint):
+            return True
+    return False
+
+
+def seconds(x: float, scale: float | None = None) -> str:
+    """12.3 ms, 1.05 s, 45 us: `scale` (a value of the same line) picks the unit, so a line reads in one."""
+    big = abs(scale if scale is not None else x)
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if big >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x / 1e-9:.3g} ns"
+
+
+def clock_text(c: ClockSaving, name: str = "") -> str:
+    """'0.4 ms [-1.1 ms, 2 ms] wall': one clock's saving per process and its interval."""
+    scale = max(abs(c.estimate_s), abs(c.low_s), abs(c.high_s))
+    return f"{seconds(c.estimate_s, scale)} [{seconds(c.low_s, scale)}, {seconds(c.high_s, scale)}]" + (
+        f" {name}" if name else "")
+
+
+def judge(p: PerfResult, figures: OutsideClock, *, calls: int, max_speedup: float) -> OutsideClock:
+    """`figures` (the per-side samples) with the rule applied to `p`'s answer; what grade reports."""
+    out = figures.model_copy(update={"calls": calls, "claimed_s": None, "claimed_low_s": None, "wall": None,
+                                     "cpu": None, "confirmed": None, "note": ""})
+    clocks = {name: saving_interval(d) for name, d in (
+        ("wall", _differences(figures.baseline_wall_s, figures.candidate_wall_s)),
+        ("cpu", _differences(figures.baseline_cpu_s, figures.candidate_cpu_s))) if d is not None}
+    out = out.model_copy(update=clocks)
+    per_unit = seconds_per_unit(p.metric, p.unit)
+    if per_unit is not None and p.baseline_median is not None and p.candidate_median is not None:
+        out.claimed_s = claimed_saving(p.baseline_median, p.candidate_median, p.direction, calls, per_unit)
+        if p.ci_low is not None and p.ci_high is not None:
+            out.claimed_low_s = min(out.claimed_s, least_claimed_saving(p.baseline_median, p.ci_low, p.ci_high,
+                                                                        p.direction, calls, per_unit))
+    if p.verdict != "faster" or p.ratio is None:
+        out.note = "applies to a faster answer only"
+        return out
+    if not clocks:
+        out.note = "no outside figures for every sample"
+        return out
+    gain = speedup(p.ratio, p.direction)
+    beyond = not math.isfinite(gain) or gain > max_speedup
+    out.confirmed = decide(out.claimed_low_s if out.claimed_low_s is not None else out.claimed_s, clocks, beyond)
+    seen = ", ".join(clock_text(c, n) for n, c in clocks.items())
+    if out.claimed_s is None:
+        claim = f"{p.metric} is not a time, so the claim could be checked only for its direction"
+    else:
+        least = (f", at least {seconds(out.claimed_low_s)} by its own interval" if out.claimed_low_s is not None
+                 else "")
+        claim = f"the metric claims {seconds(out.claimed_s)} less per bench process ({claim_detail(p, calls)}{least})"
+    hint = (f"; {gain:.3g}x is beyond the task's max_speedup hint of {max_speedup:g}x, so a saving must be seen"
+            if beyond else "")
+    out.note = f"{claim}; the harness's clock sees {seen} saved per process{hint}"
+    return out
+
+
+def claim_detail(p: PerfResult, calls: int) -> str:
+    unit = f" {p.unit}" if p.unit else ""
+    gap = (p.baseline_median or 0) - (p.candidate_median or 0)
+    gap = gap if p.direction == "lower" else -gap
+    return f"{calls} call{'s' if calls != 1 else ''} x {gap:.4g}{unit}"
+
+
+def figures(wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]]) -> OutsideClock:
+    """The per-side samples of `perf.sample`; a clock with a sample it could not take is left out."""
+    def whole(xs: list[float | None]) -> list[float]:
+        return [float(x) for x in xs] if xs and all(x is not None for x in xs) else []  # type: ignore[arg-type]
+
+    bw, cw = whole(wall.get("baseline", [])), whole(wall.get("candidate", []))
+    bc, cc = whole(cpu.get("baseline", [])), whole(cpu.get("candidate", []))
+    return OutsideClock(baseline_wall_s=bw if cw else [], candidate_wall_s=cw if bw else [],
+                        baseline_cpu_s=bc if cc else [], candidate_cpu_s=cc if bc else [])
+
+
+def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, calls: int,
+            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]]) -> bool:
+    """Whether the outside clock has an answer yet to a "faster" the metric gives: some clock sees the
+    claimed saving (its interval above 0 and reaching the claim), or every clock rules it out.
+    Sampling goes on while it has neither, so a few noisy pairs cannot let a forged line through."""
+    if c.verdict != "faster":
+        return True
+    f = figures(wall, cpu)
+    clocks = [saving_interval(d) for d in (_differences(f.baseline_wall_s, f.candidate_wall_s),
+                                           _differences(f.baseline_cpu_s, f.candidate_cpu_s)) if d is not None]
+    per_unit = seconds_per_unit(metric, unit)
+    if not clocks or per_unit is None or c.baseline_median is None:
+        return True
+    need = least_claimed_saving(c.baseline_median, c.ci_low, c.ci_high, direction, calls, per_unit)
+    return any(k.low_s > 0 and k.high_s >= need for k in clocks) or all(k.high_s < need for k in clocks)

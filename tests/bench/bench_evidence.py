@@ -1,0 +1,93 @@
+"""What the bench run under the sanitizer adds to one full evaluation:
+`python tests/bench/bench_evidence.py [TASK] [--patch FILE] [--runs 5]`.
+
+Grades the task's reference patch (or --patch) `--runs` times on a fresh checker each, with the bench's
+run under the instruments and without it (interleaved), and times one plain run of the task's tests
+in the same session (a fresh process, its own interpreter, no sandbox), the figure a full check is
+held to. Prints one JSON line per figure ({"metric", "value", "unit"}), medians over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import agent.checks.collect as collect
+from agent.checks import Checker
+from agent.env.workspace import Workspace
+from agent.task import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def full(task, patch: str, bench: bool) -> tuple[float, float | None, str]:
+    """One full evaluation's wall seconds, its bench run's own seconds, and the verdict."""
+    real = collect._correctness
+
+    def without(*args, **kwargs):
+        return real(*args, **{**kwargs, "bench": False})
+
+    collect._correctness = real if bench else without
+    try:
+        with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks") as c:
+            t = time.monotonic()
+            ev = c.evaluate(patch)
+            wall = time.monotonic() - t
+    finally:
+        collect._correctness = real
+    b = ev.bench_check
+    return wall, (b.run.duration_s if b is not None else None), ev.verdict
+
+
+def plain_tests(task) -> float:
+    """The task's tests once, as a user would run them in a checkout (with the task's interpreter)."""
+    with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp) / "work") as c:
+        bin_dir = c.sides.interpreter().bin_dir
+        ws = Workspace.create(task.repo, task.spec.base, Path(tmp) / "plain")
+        env = {**os.environ, "PYTHONPATH": str(ws.root),
+               "PATH": f"{bin_dir or Path(sys.executable).parent}:{os.environ['PATH']}"}
+        t = time.monotonic()
+        res = subprocess.run(task.spec.correctness.command, shell=True, cwd=ws.root, env=env, capture_output=True)
+        took = time.monotonic() - t
+        if res.returncode != 0:
+            raise SystemExit(f"the plain test run failed: {res.stdout[-500:]!r} {res.stderr[-500:]!r}")
+        return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task", nargs="?", default=str(ROOT / "tasks" / "cuda-graph-buffers.toml"))
+    ap.add_argument("--patch", type=Path)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    os.environ.setdefault("PERFAGENT_LOCK_DIR", tempfile.mkdtemp(prefix="bench-evidence-locks-"))
+    task = load_task(Path(args.task))
+    patch = (args.patch or task.reference_patch).read_text()
+    withs, withouts, runs, plains = [], [], [], []
+    for _ in range(args.runs):
+        plains.append(plain_tests(task))
+        wall, run, verdict = full(task, patch, bench=True)
+        withs.append(wall)
+        runs.append(run or 0.0)
+        withouts.append(full(task, patch, bench=False)[0])
+        print(f"# verdict {verdict}: with {wall:.2f}s, without {withouts[-1]:.2f}s, bench run {run}s, "
+              f"tests alone {plains[-1]:.2f}s", flush=True)
+    med = statistics.median
+    for metric, value, unit in (("full_eval_with_bench_check_s", med(withs), "s"),
+                                ("full_eval_without_bench_check_s", med(withouts), "s"),
+                                ("bench_check_adds_s", med(w - o for w, o in zip(withs, withouts)), "s"),
+                                ("bench_check_run_s", med(runs), "s"),
+                                ("plain_tests_s", med(plains), "s"),
+                                ("full_eval_over_plain_tests", med(withs) / med(plains), "x")):
+        print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}))
+
+
+if __name__ == "__main__":
+    main()

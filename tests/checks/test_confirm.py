@@ -1,0 +1,117 @@
+"""The outside clock's rule: a gain the metric claims must be seen by the harness's own clock. Pure
+functions over made-up samples; milliseconds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.checks.confirm import (claimed_saving, decide, figures, judge, saving_interval, seconds,
+                                  seconds_per_unit)
+from agent.checks.evaluation import ClockSaving, OutsideClock, PerfResult
+
+def perf(b: float, c: float, *, unit: str | None = "ms", metric: str = "init_ms", n: int = 10,
+         direction: str = "lower", verdict: str = "faster") -> PerfResult:
+    ratio = c / b
+    return PerfResult(metric=metric, direction=direction, unit=unit, baseline_median=b, candidate_median=c,
+                      ratio=ratio, verdict=verdict, baseline_samples=[b] * n, candidate_samples=[c] * n)
+
+
+def processes(base_s: float, saved_s: float, noise_s: float, n: int = 10, seed: int = 0) -> OutsideClock:
+    """n rounds of bench processes that take `base_s` (baseline) and `base_s - saved_s` (candidate)."""
+    rng = np.random.default_rng(seed)
+    drift = rng.normal(0, noise_s, n)  # shared by a round's two processes
+    b = base_s + drift + rng.normal(0, noise_s / 4, n)
+    c = base_s - saved_s + drift + rng.normal(0, noise_s / 4, n)
+    return OutsideClock(baseline_wall_s=list(b), candidate_wall_s=list(c), baseline_cpu_s=list(b * 0.9),
+                        candidate_cpu_s=list(c * 0.9))
+
+
+def test_the_claim_is_converted_to_seconds_per_bench_process():
+    assert seconds_per_unit("init_ms", None) == 1e-3 and seconds_per_unit("t", "us") == 1e-6
+    assert seconds_per_unit("latency", "ns") == 1e-9 and seconds_per_unit("x_s", None) == 1.0
+    assert seconds_per_unit("tokens_per_s", "tok/s") is None and seconds_per_unit("throughput", None) is None
+    assert seconds_per_unit("init_ms", "GB/s") is None  # the line's unit wins over the name
+    assert claimed_saving(10.0, 6.0, "lower", 5, 1e-3) == pytest.approx(0.020)
+    assert claimed_saving(6.0, 10.0, "higher", 1, 1.0) == pytest.approx(4.0)
+
+
+def test_the_interval_is_the_exact_signed_rank_one():
+    c = saving_interval([1, 2, 3, 4, 5, 6, 7])  # n = 7: the 3rd smallest and largest Walsh averages
+    assert (c.estimate_s, c.low_s, c.high_s) == (4.0, 2.0, 6.0)
+    assert (saving_interval([1, 2, 3, 4, 5]).low_s, saving_interval([1, 2, 3, 4, 5]).high_s) == (1, 5)  # widest
+    rng = np.random.default_rng(1)
+    covered = [(c.low_s <= 0 <= c.high_s) for c in (saving_interval(list(rng.normal(0, 1, 12))) for _ in range(400))]
+    assert 0.92 < np.mean(covered) < 0.99
+
+
+def test_a_real_gain_is_confirmed():
+    """5 calls x 10 ms saved: the processes are 50 ms shorter, give or take 5 ms of noise."""
+    o = judge(perf(20.0, 10.0), processes(1.0, 0.050, 0.005), calls=5, max_speedup=10)
+    assert o.confirmed is True and o.claimed_s == pytest.approx(0.050)
+    assert o.wall is not None and o.wall.low_s < 0.050 < o.wall.high_s
+    assert "50 ms less per bench process (5 calls x 10 ms)" in o.note
+
+
+def test_a_forged_claim_is_not_confirmed():
+    """The candidate prints 0.6x of the truth: it claims 5 x 8 ms, its processes save nothing."""
+    o = judge(perf(20.0, 12.0), processes(1.0, 0.0, 0.005), calls=5, max_speedup=10)
+    assert o.confirmed is False and o.claimed_s == pytest.approx(0.040)
+    assert "40 ms less per bench process" in o.note and "wall" in o.note and "cpu" in o.note
+
+
+def test_the_claim_is_held_to_the_least_gain_its_own_interval_supports():
+    """A noisy metric's point claim (5 x 8 ms) against a clock that sees 12 ms: its interval allows
+    a 2 ms gain per call, which the clock does not rule out; a forged line is precise, and caught."""
+    noisy = perf(20.0, 12.0).model_copy(update={"ci_low": 0.5, "ci_high": 0.9})
+    o = judge(noisy, processes(1.0, 0.012, 0.001), calls=5, max_speedup=10)
+    assert o.claimed_s == pytest.approx(0.040) and o.claimed_low_s == pytest.approx(0.010) and o.confirmed
+    assert "at least 10 ms by its own interval" in o.note
+    forged = perf(20.0, 12.0).model_copy(update={"ci_low": 0.59, "ci_high": 0.61})
+    assert judge(forged, processes(1.0, 0.0, 0.001), calls=5, max_speedup=10).confirmed is False
+
+
+def test_a_claim_the_noise_cannot_rule_out_stands():
+    """The rule refutes only what the clock rules out: 1 ms claimed, 50 ms of noise per process."""
+    assert judge(perf(2.0, 1.0), processes(1.0, 0.0, 0.050), calls=1, max_speedup=10).confirmed is True
+
+
+def test_a_1000x_gain_beyond_the_hint_is_confirmed_when_the_clock_sees_it():
+    """zeros -> empty on tens of MB: a 30 ms memset gone, the metric says 1000x; so does the clock."""
+    o = judge(perf(30.0, 0.03), processes(1.5, 0.030, 0.002), calls=1, max_speedup=10)
+    assert o.confirmed is True and o.wall.low_s > 0 and "beyond the task's max_speedup hint" in o.note
+    # the same claim where the clock cannot tell a saving from none: not enough beyond the hint
+    vague = judge(perf(30.0, 0.03), processes(1.5, 0.030, 0.2), calls=1, max_speedup=10)
+    assert vague.confirmed is False
+    assert judge(perf(30.0, 0.03), processes(1.5, 0.030, 0.2), calls=1, max_speedup=2000).confirmed is True
+
+
+def test_a_metric_that_is_no_time_is_checked_for_its_direction_only():
+    throughput = perf(100.0, 200.0, unit="tok/s", metric="throughput", direction="higher")
+    o = judge(throughput, processes(1.0, 0.1, 0.005), calls=1, max_speedup=10)
+    assert o.confirmed is True and o.claimed_s is None and "only for its direction" in o.note
+    slower = judge(throughput, processes(1.0, -0.1, 0.005), calls=1, max_speedup=10)
+    assert slower.confirmed is False
+
+
+def test_not_applied_without_a_faster_answer_or_without_figures():
+    assert judge(perf(20.0, 19.9, verdict="inconclusive"), processes(1.0, 0, 0.01), calls=1,
+                 max_speedup=10).confirmed is None
+    none = judge(perf(20.0, 10.0), OutsideClock(), calls=1, max_speedup=10)
+    assert none.confirmed is None and "no outside figures" in none.note
+    # a clock with a sample it could not take is left out; the other one still counts
+    f = figures({"baseline": [1.0, 1.1], "candidate": [0.9, None]}, {"baseline": [1.0, 1.0], "candidate": [0.8, 0.8]})
+    assert f.candidate_wall_s == [] and f.baseline_wall_s == [] and f.candidate_cpu_s == [0.8, 0.8]
+
+
+def test_one_clock_that_sees_the_gain_is_enough():
+    wall = ClockSaving(estimate_s=0.0, low_s=-0.01, high_s=0.01)
+    cpu = ClockSaving(estimate_s=0.05, low_s=0.04, high_s=0.06)
+    assert decide(0.05, {"wall": wall, "cpu": cpu}, beyond_hint=True) is True
+    assert decide(0.05, {"wall": wall}, beyond_hint=False) is False
+    assert decide(0.005, {"wall": wall}, beyond_hint=False) is True
+    assert decide(0.005, {"wall": wall}, beyond_hint=True) is False  # beyond the hint: lo > 0 as well
+
+
+def test_seconds_read_in_one_unit_per_line():
+    assert seconds(0.0481) == "48.1 ms" and seconds(0.0005, 0.002) == "0.5 ms" and seconds(2.5) == "2.5 s"
