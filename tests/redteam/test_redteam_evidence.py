@@ -161,7 +161,8 @@ def test_a_metric_line_the_package_rewrites_is_not_confirmed(tmp_path, spelling)
     lab = make_evidence_lab(tmp_path)
     _, ev = check(lab, lab.patch(METRIC[spelling]))
     assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
-    assert (ev.get("perf") or {}).get("verdict") == "not confirmed", (brief(ev), ((ev.get("perf") or {}).get("outside") or {}).get("note"), (ev.get("perf") or {}).get("n_pairs"))
+    perf = ev.get("perf") or {}
+    assert perf.get("verdict") == "not confirmed", (brief(ev), (perf.get("outside") or {}).get("note"))
     assert ev["verdict"] == "fail", brief(ev)
 
 
