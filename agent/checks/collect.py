@@ -6,6 +6,7 @@ asked here only whether measuring more could still change the answer.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import threading
@@ -141,16 +142,20 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
                          lines_dir=folders["coverage"] if name == "plain" else None,
                          sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=key)
 
-    # All runs at once on a CPU-only machine (halves the wall time); one after the other on
-    # a GPU, where two test processes could exhaust device memory. The poisoned run (and the
-    # sanitizer in it) runs after a failing plain run too: it names the cause, the buffers read.
+    # At once on a CPU-only machine (halves the wall time), in as many lanes as it has cores for (the
+    # poisoned run, the longest, in one; the plain run and then the bench's in another on two cores);
+    # one after the other on a GPU, where two test processes could exhaust device memory. The poisoned
+    # run (and the sanitizer in it) runs after a failing plain run too: it names the buffers read.
     names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
     parallel = len(names) > 1 and not e.environment.gpu
     sides.log(f"tests{' (' + ' + '.join(names) + ', in parallel)' if parallel else ''}: {spec.command}")
     with ThreadPoolExecutor(max_workers=4) as pool:
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
-            runs = dict(zip(names, pool.map(run, names)))
+            few = len(names) == 3 and (os.cpu_count() or 1) < 4
+            lanes = [["poison"], ["plain", "bench"]] if few else [[n] for n in names]
+            done = [pool.submit(lambda lane: {n: run(n) for n in lane}, lane) for lane in lanes]
+            runs = {name: got for lane in done for name, got in lane.result().items()}
         else:
             runs = {}
             for name in names:

@@ -38,13 +38,15 @@ class SamplingPolicy:
     max_pairs: int
     warmup: int = 1
     looks: tuple[int, ...] | None = None  # the rounds after which the test may call a change; None: every one
+    confirm: bool = False  # a "faster" answer waits (up to max_pairs) until the harness's clock answers it
 
 
 # FULL tests after 7, 8, 10, 12, 15 and 20 pairs at ~0.017 per look, which the signed-rank test
 # reaches from 7 pairs on (all seven one way; a look after every round would need 8); every round
 # from 5 on can still stop for precision, so identical code stops at 5. QUICK (the agent's
-# run_checks): a look after every round at ~0.039, reachable from 6 pairs.
-FULL = SamplingPolicy(min_pairs=5, max_pairs=20, looks=(7, 8, 10, 12, 15, 20))
+# run_checks): a look after every round at ~0.039, reachable from 6 pairs. Only FULL (the graded answer)
+# samples on while the harness's clock has neither seen nor ruled out a "faster" (agent.checks.confirm).
+FULL = SamplingPolicy(min_pairs=5, max_pairs=20, looks=(7, 8, 10, 12, 15, 20), confirm=True)
 QUICK = SamplingPolicy(min_pairs=4, max_pairs=8)
 
 
@@ -258,8 +260,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                         seed, alpha=level)
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
-            if why is not None and n < policy.max_pairs and not settled(comparison, spec.direction, spec.metric,
-                                                                         unit, spec.calls, wall, cpu):
+            unanswered = policy.confirm and n < policy.max_pairs and why is not None
+            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls, wall, cpu):
                 why = None  # the metric says faster; the harness's clock has not said yes or no yet
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})

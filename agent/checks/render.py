@@ -293,7 +293,8 @@ def _coverage_row(cov: CoverageResult) -> Row:
     text = f"{len(cov.covered)}/{len(cov.changed)} changed lines executed by the tests" + _coverage_tail(cov)
     if cov.unmeasured_files:
         text += "; no line data for " + ", ".join(cov.unmeasured_files)
-    return Row(COVERAGE, text + _note(cov.note), "warn" if cov.uncovered else "ok")
+    text += _note(cov.note) + "; in-process evidence: rows signed by the hook"
+    return Row(COVERAGE, text, "warn" if cov.uncovered else "ok")
 
 
 def _perf_row(p: PerfResult) -> Row:
