@@ -357,8 +357,13 @@ def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], 
 # as a subreaper this process inherits the init when bwrap exits and reaps it (and with it
 # everything the init reaped, the whole sandbox), so waiting for it gives the sandbox's CPU time.
 # It runs on the host, out of the sandbox's reach; ~12 ms.
-_REAPER = """import ctypes, os, sys
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+_REAPER = """import ctypes, os, signal, sys
+parent = os.getppid()
+libc = ctypes.CDLL(None)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: gone with perfagent (and bwrap, --die-with-parent, too)
+if os.getppid() != parent:
+    sys.exit(1)
 pid = os.fork()
 if pid == 0:
     try:

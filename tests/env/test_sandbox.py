@@ -238,3 +238,27 @@ def test_cpu_time_of_the_command_and_what_it_started_is_measured_from_outside(tm
                              tmp_path, account_cpu=True)
     assert run_command("python busy.py", tmp_path).cpu_s is None  # not asked: no reaper
     assert background.cpu_s is not None and background.cpu_s >= 0.28, background.cpu_s
+
+
+@pytest.mark.skipif(isolation().mode != "bwrap", reason="the CPU-accounting reaper sits in front of bubblewrap only")
+def test_a_command_accounted_for_cpu_dies_with_its_harness(tmp_path):
+    """The reaper that accounts a bench's CPU time is the sandbox's parent: killed with perfagent (kill -9),
+    it takes the sandbox with it instead of leaving the command running for ever."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = f"perfagent-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    harness = subprocess.Popen([sys.executable, "-c", (
+        "from agent.env.sandbox import run_command\n"
+        f"run_command('exec -a {marker} sleep 60', {str(tmp_path)!r}, account_cpu=True, timeout_s=120)\n")])
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-f", f"^{marker} 60"], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.1)
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", f"^{marker} 60"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the sandboxed command outlived its harness"
+        time.sleep(0.1)
