@@ -166,10 +166,13 @@ def figures(wall: dict[str, list[float | None]], cpu: dict[str, list[float | Non
 
 
 def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, calls: int,
-            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]]) -> bool:
-    """Whether the outside clock has an answer yet to a "faster" the metric gives: some clock sees the
-    claimed saving (its interval above 0 and reaching the claim), or every clock rules it out.
-    Sampling goes on while it has neither, so a few noisy pairs cannot let a forged line through."""
+            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]], *, pairs: int,
+            max_pairs: int) -> bool:
+    """Whether sampling can stop on a "faster" the metric gives: every clock already rules the claimed
+    saving out, or none could by `max_pairs` (its interval narrowing as 1/sqrt(pairs)): a clock whose
+    estimate reaches the claim (a true gain), or a claim far inside the clock's noise. Otherwise it
+    goes on, so a few noisy pairs cannot let a forged line through (nor can a lucky look: an interval
+    that happens to sit above 0 is no reason to stop)."""
     if c.verdict != "faster":
         return True
     f = figures(wall, cpu)
@@ -179,4 +182,7 @@ def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, 
     if not clocks or per_unit is None or c.baseline_median is None:
         return True
     need = least_claimed_saving(c.baseline_median, c.ci_low, c.ci_high, direction, calls, per_unit)
-    return any(k.low_s > 0 and k.high_s >= need for k in clocks) or all(k.high_s < need for k in clocks)
+    if all(k.high_s < need for k in clocks):
+        return True
+    shrink = math.sqrt(pairs / max_pairs)
+    return not any(k.estimate_s + (k.high_s - k.estimate_s) * shrink < need for k in clocks)

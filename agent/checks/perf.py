@@ -261,7 +261,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
             unanswered = policy.confirm and n < policy.max_pairs and why is not None
-            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls, wall, cpu):
+            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls, wall, cpu,
+                                          pairs=n, max_pairs=policy.max_pairs):
                 why = None  # the metric says faster; the harness's clock has not said yes or no yet
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})

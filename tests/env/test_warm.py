@@ -182,6 +182,8 @@ def test_work_left_to_an_orphan_is_still_counted(server):
                                     + "".join("    " + line + "\n" for line in BUSY.format(s=0.3).splitlines())
                                     + "    print('late', flush=True)\n    os._exit(0)\nos._exit(0)\n")
     res = w.run(parse_python("python orphan.py"), timeout_s=30)
-    assert res.cpu_s is not None and res.cpu_s >= 0.28, res.cpu_s
+    # the orphan is swept 0.5 s after the bench exits: under load it has had less than its 0.3 s by then,
+    # but far more than the bench's own few milliseconds
+    assert res.cpu_s is not None and res.cpu_s >= 0.05, res.cpu_s
     if "late" in res.output:  # printed within the server's drain window (0.5 s after the exit; not so under load)
         assert res.wall_s >= 0.28, res.wall_s

@@ -154,7 +154,7 @@ METRIC = {
 }
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.quiet  # the harness's clock must be precise enough to refute the claim: alone under pytest -n
 @pytest.mark.parametrize("spelling", list(METRIC))
 def test_a_metric_line_the_package_rewrites_is_not_confirmed(tmp_path, spelling):
     """Attack 2: nothing gets faster, but the bench's own stdout says 0.6x of what it measured."""
