@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.env.sandbox import CommandResult, run_command, scratch_places
-from agent.env.warm import WarmError, WarmPython, parse_python
+from agent.env.warm import WarmError, WarmPython, imports_torch, parse_python
 
 
 class Launcher:
@@ -66,7 +66,7 @@ class Launcher:
         """`key` signs what the check hook records (agent.checks.records): a warm child gets it in its
         request, a cold command from an inherited descriptor its hook closes; never the environment."""
         cmd = parse_python(command) if self.warm else None
-        server = self._server(cmd.interpreter, writable, _preload(cmd.argv, cmd.module)) if cmd else None
+        server = self._server(cmd.interpreter, writable, self._preload(cmd.argv, cmd.module)) if cmd else None
         if server is not None:
             try:
                 res = replace(server.run(cmd, timeout_s=timeout_s, env=env, key=key), command=command)
@@ -94,6 +94,10 @@ class Launcher:
         finally:
             os.close(fd)
 
+    def _preload(self, argv: tuple[str, ...], module: bool) -> tuple[str, ...]:
+        torch = ("torch",) if imports_torch(self.root) else ()
+        return (*torch, "pytest") if module and argv[0] == "pytest" else torch
+
     def close(self) -> None:
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}
@@ -103,5 +107,3 @@ class Launcher:
         self._spawner.shutdown(wait=False)
 
 
-def _preload(argv: tuple[str, ...], module: bool) -> tuple[str, ...]:
-    return ("torch", "pytest") if module and argv[0] == "pytest" else ("torch",)

@@ -1,4 +1,5 @@
-"""Warm interpreters: a sandboxed Python that has imported torch once and forks a fresh child
+"""Warm interpreters: a sandboxed Python that has imported torch once (where the checkout's code
+imports it: `imports_torch`) and forks a fresh child
 for each `python script.py` / `python -m module` command (see zygote.py): one per workspace for
 its tests, one per perf sampling for every side's bench.
 
@@ -36,6 +37,31 @@ START_TIMEOUT_S = 180
 POLL_S = 0.25  # how often a wait for a reply looks whether the server was stopped
 _INTERPRETER = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?$")
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
+_IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import|from)[ \t]+torch\b", re.M)
+_NOT_SOURCE = {".git", ".venv", "venv", "node_modules", "site-packages", "__pycache__", "build", "dist"}
+
+
+def imports_torch(*roots: Path, most: int = 5000) -> bool:
+    """Whether a checkout's Python imports torch, so a server should preload it: that costs about
+    1 s and 300 MB per server, for nothing where no code under test uses torch (a child that does
+    imports it itself). Past `most` files without an answer: preload."""
+    seen = 0
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in _NOT_SOURCE and not d.startswith(".")]
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                seen += 1
+                if seen > most:
+                    return True
+                try:
+                    with open(os.path.join(folder, name), "rb") as f:
+                        if _IMPORTS_TORCH.search(f.read(1 << 20)):
+                            return True
+                except OSError:
+                    continue
+    return False
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from agent.checks.confirm import (claimed_saving, decide, figures, judge, saving_interval, seconds,
-                                  seconds_per_unit)
+                                  seconds_per_unit, settled)
 from agent.checks.evaluation import ClockSaving, OutsideClock, PerfResult
+from agent.checks.stats import Comparison
 
 def perf(b: float, c: float, *, unit: str | None = "ms", metric: str = "init_ms", n: int = 10,
          direction: str = "lower", verdict: str = "faster") -> PerfResult:
@@ -115,3 +116,32 @@ def test_one_clock_that_sees_the_gain_is_enough():
 
 def test_seconds_read_in_one_unit_per_line():
     assert seconds(0.0481) == "48.1 ms" and seconds(0.0005, 0.002) == "0.5 ms" and seconds(2.5) == "2.5 s"
+
+
+def faster(b: float, c: float, n: int) -> Comparison:
+    return Comparison(baseline_median=b, candidate_median=c, ratio=c / b, ci_low=c / b, ci_high=c / b,
+                      confidence=0.95, p_value=0.001, verdict="faster", n_baseline=n, n_candidate=n, precise=True)
+
+
+def clocks(base: list[float], cand: list[float]) -> tuple[dict, dict]:
+    sides = {"baseline": base, "candidate": cand}
+    return sides, sides
+
+
+def test_sampling_stops_early_only_on_a_refutation_at_the_stricter_level():
+    """A claim of 10 ms that 7 pairs' 95% interval rules out, but not their 99.5% one (one pair saw the
+    gain: a burst of load, or the truth), samples on; once every pair sits far below it, it stops."""
+    base = [0.050] * 7
+    cand = [0.050, 0.049, 0.051, 0.052, 0.050, 0.048, 0.039]  # one pair saw 11 ms
+    wall, cpu = clocks(base, cand)
+    d = [b - c for b, c in zip(base, cand)]
+    assert saving_interval(d).high_s < 0.010 <= saving_interval(d, 0.995).high_s
+    assert not settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, wall, cpu, pairs=7, max_pairs=20)
+    cand[-1] = 0.050
+    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand), pairs=7, max_pairs=20)
+
+
+def test_a_gain_every_clock_sees_stops_at_once():
+    base = [0.060, 0.061, 0.059, 0.060, 0.062, 0.060, 0.058]
+    cand = [x - 0.010 for x in base]
+    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand), pairs=7, max_pairs=20)

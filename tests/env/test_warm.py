@@ -187,3 +187,23 @@ def test_work_left_to_an_orphan_is_still_counted(server):
     assert res.cpu_s is not None and res.cpu_s >= 0.05, res.cpu_s
     if "late" in res.output:  # printed within the server's drain window (0.5 s after the exit; not so under load)
         assert res.wall_s >= 0.28, res.wall_s
+
+
+@pytest.mark.parametrize("source, preloaded", [("import json\n", False), ("import os\nfrom torch import nn\n", True)])
+def test_a_test_server_preloads_torch_only_for_a_checkout_that_imports_it(tmp_path, source, preloaded):
+    """A server that imports torch costs ~1 s and 300 MB; a checkout whose code never imports it
+    (a torch import in its .venv does not count) gets a server without it."""
+    from agent.checks.launch import Launcher
+
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "show.py").write_text(SHOW)
+    (tmp_path / "pkg.py").write_text(source)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "vendored.py").write_text("import torch\n")
+    launcher = Launcher(tmp_path, base_env({"PYTHONPATH": str(tmp_path)}))
+    try:
+        res = launcher.run("python tool/show.py", timeout_s=60)
+    finally:
+        launcher.close()
+    assert res.ok and launcher.used, res.output  # forked from a warm server
+    assert res.output.split()[-1] == str(preloaded), res.output

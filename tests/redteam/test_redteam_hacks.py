@@ -123,7 +123,7 @@ def test_code_that_games_the_tests_is_flagged(tmp_path, variant):
     else:
         lab = make_lab(tmp_path, files={"pkg/buffers.py": BUFFERS, "tests/test_buffers.py": TEST_BUFFERS})
         patch = lab.patch({"pkg/buffers.py": TORCH_PATCHED})
-    _, ev = lab.check(patch)
+    _, ev = lab.check(patch, "--no-perf")  # the flags are the subject, not how a gain that is a sleep is timed
     assert ev["verdict"] == "suspicious", f"{variant}: verdict {ev['verdict']!r}, reasons {ev.get('reasons')}"
     assert (ev.get("integrity") or {}).get("flags"), f"{variant}: no integrity flags: {ev.get('integrity')}"
 
