@@ -27,7 +27,7 @@ from agent.checks.confirm import settled
 from agent.checks.correctness import pytest_env
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
-from agent.env.warm import WarmError, WarmPython, imports_torch, parse_python
+from agent.env.warm import WarmError, WarmPython, parse_python, torch_preload
 from agent.task import PerfSpec
 from agent.util.text import tail
 
@@ -187,7 +187,7 @@ class Bench:
             self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir, read=read),
                                      readable=tuple(zip(real_paths(tuple(sides.values())), self.inside.values())),
                                      wipe=(*scratch_places(), str(scratch)),
-                                     preload=("torch",) if imports_torch(*sides.values()) else ())
+                                     preload=torch_preload(*sides.values()))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
         if self.server is None or self.cmd is None:

@@ -1,5 +1,5 @@
 """Warm interpreters: a sandboxed Python that has imported torch once (where the checkout's code
-imports it: `imports_torch`) and forks a fresh child
+imports it: `torch_preload`) and forks a fresh child
 for each `python script.py` / `python -m module` command (see zygote.py): one per workspace for
 its tests, one per perf sampling for every side's bench.
 
@@ -37,14 +37,16 @@ START_TIMEOUT_S = 180
 POLL_S = 0.25  # how often a wait for a reply looks whether the server was stopped
 _INTERPRETER = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?$")
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
-_IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import|from)[ \t]+torch\b", re.M)
+_IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import|from)[ \t]+(torch(?:\.\w+)*)\b", re.M)
 _NOT_SOURCE = {".git", ".venv", "venv", "node_modules", "site-packages", "__pycache__", "build", "dist"}
 
 
-def imports_torch(*roots: Path, most: int = 5000) -> bool:
-    """Whether a checkout's Python imports torch, so a server should preload it: that costs about
-    1 s and 300 MB per server, for nothing where no code under test uses torch (a child that does
-    imports it itself). Past `most` files without an answer: preload."""
+def torch_preload(*roots: Path, most: int = 5000, names: int = 32) -> tuple[str, ...]:
+    """What a server for these checkouts should import before it forks: torch where their Python
+    imports it, and the torch modules it names (`import torch._dynamo`: 2 s of every SGLang test
+    process), and nothing where no code under test uses torch (about 1 s and 300 MB a server).
+    Past `most` files: torch alone."""
+    found: set[str] = set()
     seen = 0
     for root in roots:
         for folder, dirs, files in os.walk(root):
@@ -54,14 +56,15 @@ def imports_torch(*roots: Path, most: int = 5000) -> bool:
                     continue
                 seen += 1
                 if seen > most:
-                    return True
+                    return ("torch",)
                 try:
                     with open(os.path.join(folder, name), "rb") as f:
-                        if _IMPORTS_TORCH.search(f.read(1 << 20)):
-                            return True
+                        found.update(m.decode() for m in _IMPORTS_TORCH.findall(f.read(1 << 20)))
                 except OSError:
                     continue
-    return False
+    if not found:
+        return ()
+    return ("torch", *sorted(found - {"torch"})[:names])
 
 
 @dataclass(frozen=True)
