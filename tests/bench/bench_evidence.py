@@ -1,8 +1,10 @@
-"""What the bench run under the sanitizer adds to one full evaluation:
+"""What the bench run under the sanitizer and the harness's clock add to one full evaluation:
 `python tests/bench/bench_evidence.py [TASK] [--patch FILE] [--runs 5]`.
 
-Grades the task's reference patch (or --patch) `--runs` times on a fresh checker each, with the bench's
-run under the instruments and without it (interleaved), and times one plain run of the task's tests
+Grades the task's reference patch (or --patch) `--runs` times on a fresh checker each: with the bench's
+run under the instruments, without it, and without it nor the sampling the clock's confirmation adds
+(FULL.confirm off; the clock's figures themselves come from the wait that reaps each sample, for
+nothing), interleaved; and times one plain run of the task's tests
 in the same session (a fresh process, its own interpreter, no sandbox), the figure a full check is
 held to. Prints one JSON line per figure ({"metric", "value", "unit"}), medians over the runs.
 """
@@ -17,17 +19,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import agent.checks.collect as collect
 from agent.checks import Checker
+from agent.checks.perf import FULL
 from agent.env.workspace import Workspace
 from agent.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def full(task, patch: str, bench: bool) -> tuple[float, float | None, str]:
+def full(task, patch: str, bench: bool, confirm: bool = True) -> tuple[float, float | None, str]:
     """One full evaluation's wall seconds, its bench run's own seconds, and the verdict."""
     real = collect._correctness
 
@@ -35,8 +39,10 @@ def full(task, patch: str, bench: bool) -> tuple[float, float | None, str]:
         return real(*args, **{**kwargs, "bench": False})
 
     collect._correctness = real if bench else without
+    policy = FULL if confirm else replace(FULL, confirm=False)
     try:
-        with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks") as c:
+        with tempfile.TemporaryDirectory() as tmp, \
+                Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks", full=policy) as c:
             t = time.monotonic()
             ev = c.evaluate(patch)
             wall = time.monotonic() - t
@@ -70,20 +76,22 @@ def main() -> None:
     os.environ.setdefault("PERFAGENT_LOCK_DIR", tempfile.mkdtemp(prefix="bench-evidence-locks-"))
     task = load_task(Path(args.task))
     patch = (args.patch or task.reference_patch).read_text()
-    withs, withouts, runs, plains = [], [], [], []
+    withs, withouts, bares, runs, plains = [], [], [], [], []
     for _ in range(args.runs):
         plains.append(plain_tests(task))
         wall, run, verdict = full(task, patch, bench=True)
         withs.append(wall)
         runs.append(run or 0.0)
         withouts.append(full(task, patch, bench=False)[0])
-        print(f"# verdict {verdict}: with {wall:.2f}s, without {withouts[-1]:.2f}s, bench run {run}s, "
-              f"tests alone {plains[-1]:.2f}s", flush=True)
+        bares.append(full(task, patch, bench=False, confirm=False)[0])
+        print(f"# verdict {verdict}: with {wall:.2f}s, without {withouts[-1]:.2f}s, nor the clock's sampling "
+              f"{bares[-1]:.2f}s, bench run {run}s, tests alone {plains[-1]:.2f}s", flush=True)
     med = statistics.median
     for metric, value, unit in (("full_eval_with_bench_check_s", med(withs), "s"),
                                 ("full_eval_without_bench_check_s", med(withouts), "s"),
                                 ("bench_check_adds_s", med(w - o for w, o in zip(withs, withouts)), "s"),
                                 ("bench_check_run_s", med(runs), "s"),
+                                ("clock_sampling_adds_s", med(w - b for w, b in zip(withouts, bares)), "s"),
                                 ("plain_tests_s", med(plains), "s"),
                                 ("full_eval_over_plain_tests", med(withs) / med(plains), "x")):
         print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}))
