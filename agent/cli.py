@@ -11,7 +11,8 @@ from rich.table import Table
 
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
 from agent.env.workspace import PatchError, check_task_base, checked_bases
-from agent.options import RunOptions, add_run_flags, options_from_args
+from agent import __version__
+from agent.options import RunOptions, above_zero, add_run_flags, at_least, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
 from agent.task import Task, TaskError, load_task, load_task_set
 
@@ -154,6 +155,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     import tempfile
 
     from agent.checks import Checker, evaluation_table, grade
+    from agent.checks.patchinfo import is_unified_diff
 
     task = load_task(args.task)
     if args.initcheck:
@@ -167,6 +169,8 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
         patch = Path(args.patch).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{args.patch}: cannot read patch: {getattr(e, 'strerror', None) or e}") from None
+    if patch.strip() and not is_unified_diff(patch):
+        raise UserError(f"{args.patch}: not a unified diff (no 'diff --git' or '---'/'+++' file header)")
     err = Console(stderr=True)
     log = (lambda m: None) if args.json == "-" else (lambda m: err.print(f"[dim]{m}[/]", highlight=False))
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-check-{task.id}-"))
@@ -315,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="perfagent",
                                 description="Propose performance edits, prove them safe, measure them, "
                                             "report the cost.")
+    p.add_argument("--version", action="version", version=f"perfagent {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run the agent on one task")
@@ -386,8 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one more contestant (repeatable); the --model after it is its model")
     b.add_argument("--model", action=_Contestant, dest="contestants", metavar="MODEL",
                    help="the model of the --agent before it (or of our loop)")
-    b.add_argument("--samples", type=int, default=None, help="runs per (task, model): the K of Opt@K (default 1)")
-    b.add_argument("--workers", type=int, default=2, help="jobs at once")
+    b.add_argument("--samples", type=at_least(1), default=None,
+                   help="runs per (task, model): the K of Opt@K (default 1)")
+    b.add_argument("--workers", type=at_least(1), default=2, help="jobs at once")
     b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
     b.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
     b.add_argument("--run-id", default=None,
@@ -395,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --resume: the run to continue")
     b.add_argument("--resume", action="store_true", help="run only the jobs with no done line in batch.jsonl")
     b.add_argument("--out", default=".", help="folder that receives results/ and patches/")
-    b.add_argument("--job-timeout", type=float, default=None, help="hard limit per job, seconds")
+    b.add_argument("--job-timeout", type=above_zero, default=None, help="hard limit per job, seconds")
     add_run_flags(b, batch=True)
     b.add_argument("--quiet", action="store_true", help="no live progress")
     b.set_defaults(func=cmd_batch)

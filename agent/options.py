@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -64,17 +64,41 @@ class RunOptions(BaseModel):
         return load_prices(self.prices)
 
 
+def at_least(low: int | float) -> Callable[[str], int | float]:
+    """An argparse type: a number (an int where `low` is one) no smaller than `low`, else a usage error."""
+    kind = type(low)
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < low or value != value:
+            raise argparse.ArgumentTypeError(f"{text} is below {low:g}")
+        return value
+    return parse
+
+
+def above_zero(text: str) -> float:
+    """An argparse type: a number of seconds, more than 0."""
+    value = at_least(0.0)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
 # (flag, RunOptions field, add_argument keywords, help in `perfagent run`): the flags run and batch share.
 SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("--base-url", "base_url", {}, "API base URL (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)"),
     ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
-    ("--max-turns", "max_turns", {"type": int}, "stop after N model turns (default: the task's budget.max_turns)"),
-    ("--max-cost", "max_cost_usd", {"type": float},
+    ("--max-turns", "max_turns", {"type": at_least(1)},
+     "stop after N model turns (default: the task's budget.max_turns)"),
+    ("--max-cost", "max_cost_usd", {"type": at_least(0.0)},
      "stop once the run has cost more than this many USD; 0: no budget (default: the task's budget.max_cost_usd)"),
-    ("--timeout", "timeout_s", {"type": float},
+    ("--timeout", "timeout_s", {"type": above_zero},
      "stop the run after this many seconds, model calls included (default: the task's budget.timeout_s)"),
     ("--prices", "prices", {}, "JSON file of per-million-token prices overriding the built-in table"),
-    ("--rounds", "rounds", {"type": int, "default": 2},
+    ("--rounds", "rounds", {"type": at_least(1), "default": 2},
      "external agents: sessions at most; after a failing grade the agent is resumed with the checks' findings"),
     ("--allow-unsandboxed", "allow_unsandboxed", {"action": "store_true"},
      "let an API model or external agent run where the sandbox is incomplete (the report lists what is not isolated)"),

@@ -114,3 +114,29 @@ def test_unknown_base_is_one_line_exit_2_wherever_the_task_is_used(tmp_path):
         assert res.stderr.strip().count("\n") == 0, (args, res.stderr)
         assert "t.toml: base:" in res.stderr and "not a git repository" in res.stderr, (args, res.stderr)
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("batch", "tasks", "--workers", "0"), "--workers"),
+    (("batch", "tasks", "--samples", "0"), "--samples"),
+    (("batch", "tasks", "--job-timeout", "0"), "--job-timeout"),
+    (("run", "tasks/cuda-graph-buffers.toml", "--max-turns", "-1"), "--max-turns"),
+    (("run", "tasks/cuda-graph-buffers.toml", "--max-cost", "-0.5"), "--max-cost"),
+    (("run", "tasks/cuda-graph-buffers.toml", "--rounds", "two"), "--rounds"),
+])
+def test_a_number_out_of_range_is_refused_before_anything_runs(args, flag):
+    res = perfagent(*args)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"argument {flag}:" in res.stderr.strip().splitlines()[-1], res.stderr
+
+
+def test_version():
+    res = perfagent("--version")
+    assert res.returncode == 0 and res.stdout.strip() == "perfagent 0.1.0"
+
+
+def test_a_patch_that_is_no_diff_is_bad_input_not_no_change(tmp_path):
+    (tmp_path / "notes.txt").write_text("Switched page tables to torch.empty; see the PR.\n")
+    res = perfagent("check", "tasks/cuda-graph-buffers.toml", "--patch", str(tmp_path / "notes.txt"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "not a unified diff" in res.stderr, res.stderr

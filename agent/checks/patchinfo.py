@@ -138,6 +138,15 @@ def diff_summary(diff: str) -> str:
     return f"{files} file{'s' if files != 1 else ''}, +{plus} -{minus}"
 
 
+_FILE_HEADER = re.compile(r"^(?:diff --git |--- .*\n\+\+\+ )", re.M)
+
+
+def is_unified_diff(patch: str) -> bool:
+    """Whether `patch` has a file header (`diff --git`, or `---` then `+++`): text that has none is no
+    patch, not one that changes nothing."""
+    return bool(_FILE_HEADER.search(patch))
+
+
 def changes_anything(patch: str) -> bool:
     """False for a diff with nothing to grade: empty, or only blank lines and trailing spaces.
 
