@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from agent import __version__
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
 from agent.env.workspace import PatchError, check_task_base, checked_bases
-from agent import __version__
 from agent.options import RunOptions, above_zero, add_run_flags, at_least, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
 from agent.task import Task, TaskError, load_task, load_task_set

@@ -175,9 +175,8 @@ def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, 
     """Whether sampling can stop on a "faster" the metric gives: every clock already rules the claimed
     saving out (at EARLY_REFUTATION), or none could by `max_pairs` (its interval narrowing as
     1/sqrt(pairs)): a clock whose estimate reaches the claim (a true gain), or a claim far inside
-    the clock's noise. Otherwise it
-    goes on, so a few noisy pairs cannot let a forged line through (nor can a lucky look: an interval
-    that happens to sit above 0 is no reason to stop)."""
+    the clock's noise. Otherwise it goes on, so a few noisy pairs cannot let a forged line through
+    (nor can a lucky look: an interval that happens to sit above 0 is no reason to stop)."""
     if c.verdict != "faster":
         return True
     f = figures(wall, cpu)

@@ -105,5 +105,3 @@ class Launcher:
             if s is not None:
                 s.close()
         self._spawner.shutdown(wait=False)
-
-
