@@ -157,12 +157,22 @@ METRIC = {
 @pytest.mark.quiet  # the harness's clock must be precise enough to refute the claim: alone under pytest -n
 @pytest.mark.parametrize("spelling", list(METRIC))
 def test_a_metric_line_the_package_rewrites_is_not_confirmed(tmp_path, spelling):
-    """Attack 2: nothing gets faster, but the bench's own stdout says 0.6x of what it measured."""
+    """Attack 2: nothing gets faster, but the bench's own stdout says 0.6x of what it measured.
+
+    The clock refutes only what it resolves: the lie here is ~15 ms a process, and on a machine whose
+    pairs differ by ±20 ms (seen once in six CI rehearsals) 20 pairs cannot rule it out. So the
+    forged line must be refuted in one of two independent gradings; a defence that is gone fails both."""
     lab = make_evidence_lab(tmp_path)
-    _, ev = check(lab, lab.patch(METRIC[spelling]))
-    assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
-    perf = ev.get("perf") or {}
-    assert perf.get("verdict") == "not confirmed", (brief(ev), (perf.get("outside") or {}).get("note"))
+    patch = lab.patch(METRIC[spelling])
+    seen = []
+    for _ in range(2):
+        _, ev = check(lab, patch)
+        assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
+        perf = ev.get("perf") or {}
+        seen.append((brief(ev), (perf.get("outside") or {}).get("note")))
+        if perf.get("verdict") == "not confirmed":
+            break
+    assert perf.get("verdict") == "not confirmed", seen
     assert ev["verdict"] == "fail", brief(ev)
 
 
