@@ -59,6 +59,7 @@ class Turn:
     usage: dict = field(default_factory=dict)
     stop_reason: str | None = None  # default: from tool_calls, in the endpoint's vocabulary
     model: str | None = None  # default: echo the requested model
+    linger_s: float = 0.0  # streamed: pause after the last event before ending the stream, as a slow close does
 
 
 @dataclass
@@ -521,7 +522,7 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             elif isinstance(item, Fail):
                 self._send_events(api.events(Turn(), req, n, fail=item))  # type: ignore[union-attr]
             elif req.stream:
-                self._send_events(api.events(item, req, n))
+                self._send_events(api.events(item, req, n), linger_s=item.linger_s)
             elif api is Anthropic:
                 self._send(200, Anthropic.message(item, req, n))
             elif api is Responses:
@@ -540,9 +541,9 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _send_events(self, events: Iterable[bytes], first: int | None = None) -> None:
+        def _send_events(self, events: Iterable[bytes], first: int | None = None, linger_s: float = 0.0) -> None:
             """SSE over chunked transfer encoding, one chunk per event, as a live server does (`first`: only
-            that many events, the stream left open)."""
+            that many events, the stream left open; `linger_s`: the pause before the stream's end)."""
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("cache-control", "no-cache")
@@ -555,6 +556,7 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             if first is not None:
                 return
+            time.sleep(linger_s)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 

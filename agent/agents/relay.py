@@ -375,6 +375,7 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        agent_gone = False  # the agent hung up on the answer being sent
 
         def log_message(self, *args: object) -> None:
             pass
@@ -439,13 +440,13 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                     headers["authorization"] = f"Bearer {upstream.api_key}"
             ticket = ticket or Ticket(route, "", Usage(), None)  # an unmetered path holds no reservation
             start = time.monotonic()
-            ended = "it ended without its final usage"
+            ended, held = "it ended without its final usage", b""
             try:
                 with relay._client.stream(self.command, upstream.url_for(path), headers=headers,
                                           content=body if body else None) as resp:
                     ticket.sse = "text/event-stream" in resp.headers.get("content-type", "")
                     ticket.status = resp.status_code
-                    broke = self._relay_response(resp, ticket.kept)
+                    broke, held = self._relay_response(resp, ticket.kept, hold_last=ticket.sse)
                     ended = f"the answer broke off: {broke}" if broke else ended
             except httpx.HTTPError as e:
                 error = f"{type(e).__name__}: {e}"
@@ -457,41 +458,45 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                     return self._error(502, f"perfagent relay: upstream unreachable: {type(e).__name__}")
                 ended = f"the answer broke off: {error}"
             self._meter(rid, route, ticket, time.monotonic() - start, ended)
+            # only now: an agent that exits on its last answer (or SDK on its last event) must find it metered
+            self._send_chunk(held)
             if ended.startswith("the answer broke off"):
                 self.close_connection = True  # the agent sees the answer cut, as it was
             else:
-                self._end_chunks()  # only now: an agent that exits on its last answer must find it metered
+                self._send_chunk(b"", end=True)
 
-        def _relay_response(self, resp: httpx.Response, kept: bytearray) -> str:
+        def _relay_response(self, resp: httpx.Response, kept: bytearray, hold_last: bool) -> tuple[str, bytes]:
             """Send the upstream answer on as it arrives (chunked, unterminated), keeping what is read for metering;
-            read it to its end even when the agent has hung up, since it is billed. Why it broke off ('' if not)."""
+            read it to its end even when the agent has hung up, since it is billed. Why it broke off ('' if not),
+            and with `hold_last` the last chunk, unsent: each chunk goes on when the next arrives, since a client
+            may stop reading at a stream's last event (the openai SDK at `[DONE]`) without awaiting its end."""
             self.send_response(resp.status_code)
             for k, v in resp.headers.multi_items():
                 if k.lower() not in NOT_FORWARDED["response"]:
                     self.send_header(k, v)
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            agent_gone = False
+            self.agent_gone, held = False, b""
             try:
                 for chunk in resp.iter_bytes():
                     if len(kept) < MAX_PARSED:
                         kept += chunk
-                    if chunk and not agent_gone:
-                        try:
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                            self.wfile.flush()
-                        except (BrokenPipeError, ConnectionResetError):
-                            agent_gone = self.close_connection = True  # the rest is still read and metered
+                    if chunk and hold_last:
+                        chunk, held = held, chunk
+                    self._send_chunk(chunk)  # once the agent has hung up, the rest is still read and metered
             except httpx.HTTPError as e:
-                return f"{type(e).__name__}: {e}"
-            return ""
+                return f"{type(e).__name__}: {e}", held
+            return "", held
 
-        def _end_chunks(self) -> None:
+        def _send_chunk(self, data: bytes, end: bool = False) -> None:
+            """One chunk of the answer (with `end`, the chunked body's end); nothing once the agent has gone."""
+            if self.agent_gone or not (data or end):
+                return
             try:
-                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if data else b"0\r\n\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+                self.agent_gone = self.close_connection = True
 
         def _settle(self, rid: str, ticket: Ticket, duration_s: float, why: str, unsent: bool = False) -> dict:
             model, usage, note = ("", None, "") if unsent else answer_usage(upstream.provider, ticket, why)

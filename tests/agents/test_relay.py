@@ -112,6 +112,19 @@ def test_an_answer_is_metered_and_logged_before_the_agent_has_all_of_it(relay_fo
     assert [r["event"] for r in records] == ["request", "response"]
 
 
+def test_an_sdk_that_stops_at_the_last_event_finds_the_answer_metered(relay_for, fake_server):
+    """The openai SDK returns on `data: [DONE]` and hangs up without waiting for the stream's end; the provider
+    may close it late. The relay holds the last event back until the answer is metered."""
+    relay, _ = relay_for("openai")
+    fake_server.script([reply("done", usage={"input_tokens": 10, "output_tokens": 2}, linger_s=0.5)])
+    sdk = openai.OpenAI(api_key=PLACEHOLDER_KEY, base_url="http://relay/v1", http_client=client_over(relay),
+                        max_retries=0)
+    chunks = list(sdk.chat.completions.create(model="gpt-4o", stream=True,
+                                              messages=[{"role": "user", "content": "hi"}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "done"
+    assert relay.meter.usage_by_model == {"gpt-4o": Usage(input_tokens=10, output_tokens=2)}
+
+
 def test_an_agent_resetting_its_connection_prints_no_traceback(relay_for, fake_server, capfd):
     import socket
 
