@@ -56,6 +56,8 @@ class ExternalAgent(ABC):
     install: ClassVar[str]  # how a user installs it, shown when it is missing
     default_model: ClassVar[str]
     min_version: ClassVar[tuple[int, ...]] = ()
+    # Whether its own cost figure after a resume already counts the rounds before it (Claude Code's does).
+    cumulative_cost: ClassVar[bool] = False
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
     version_pattern: ClassVar[str] = r"(\d+(?:\.\d+)+)"  # its last group is the version
 

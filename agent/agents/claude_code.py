@@ -3,7 +3,7 @@
 It refuses `--dangerously-skip-permissions` as root; `--permission-mode bypassPermissions` with
 IS_SANDBOX=1 runs, and is safe here because our sandbox, not its permission prompts, is the
 boundary. Its result JSON is the shape our report.json keeps; its `total_cost_usd` is its own
-estimate, kept beside the relay's figure.
+estimate, kept beside the relay's figure (after a resume, of the whole session so far).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class ClaudeCode(ExternalAgent):
     install = "npm install -g @anthropic-ai/claude-code"
     default_model = DEFAULT_ANTHROPIC_MODEL
     min_version = (2, 0)
+    cumulative_cost = True  # `total_cost_usd` after `--resume` is the session's, earlier rounds included
 
     def command(self, session: Session, binary: Path) -> list[str]:
         argv = [str(binary), "-p", session.prompt, "--output-format", "json", "--model", self.model,

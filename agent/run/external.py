@@ -119,7 +119,7 @@ def run_external(
         if ws is not None:
             atomic_write(kept / "final.diff", ws.diff())
             run.files["final_diff"] = "agent/final.diff"
-        _account(outcome, meter, run, start)
+        _account(outcome, meter, run, start, agent)
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
                            permission_denials=[]).model_copy(update={"agent": run})
@@ -220,7 +220,7 @@ def _keep(kept: Path, session: Session, result: CommandResult, said: AgentResult
     return stderr
 
 
-def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float) -> None:
+def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, agent: ExternalAgent) -> None:
     """Tokens, cost and turns from the relay; the agent's own figure beside them, a difference flagged."""
     outcome.usage_by_model = dict(meter.usage_by_model)
     outcome.cost_by_model = dict(meter.cost_by_model)
@@ -236,11 +236,19 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float) -> Non
     if run.refused:
         outcome.warnings.append(f"{run.name} tried to reach what the relay does not forward (refused): "
                                 + ", ".join(run.refused[:5]))
-    own = [r.own_cost_usd for r in run.rounds]
-    run.own_cost_usd = sum(c for c in own if c is not None) if any(c is not None for c in own) else None
+    run.own_cost_usd = own_cost(run.rounds, cumulative=agent.cumulative_cost)
     run.cost_note = cost_note(run.name, run.own_cost_usd, outcome.total_cost_usd)
     if run.cost_note:
         outcome.warnings.append(run.cost_note)
+
+
+def own_cost(rounds: list[AgentRound], cumulative: bool) -> float | None:
+    """The agent's own figure for the whole run: its last round's where each counts the rounds before it,
+    else the sum of the rounds' (None where it reported none)."""
+    own = [r.own_cost_usd for r in rounds if r.own_cost_usd is not None]
+    if not own:
+        return None
+    return own[-1] if cumulative else sum(own)
 
 
 def cost_note(agent: str, own: float | None, metered: float | None) -> str:

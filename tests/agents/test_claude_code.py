@@ -132,6 +132,8 @@ def test_a_feedback_round_fixes_a_failing_change(tmp_path, fake_server, secret_k
     assert "Both buffers now use torch.empty" in second and "test_half_ones" in second
     patch = (tmp_path / "out" / "patches" / "r1" / "fixture" / "model_patch.diff").read_text()
     assert "buf = torch.empty(src.shape" in patch and "torch.empty(N)" not in patch
+    # After --resume, Claude Code's total_cost_usd counts the rounds before it: no false disagreement.
+    assert report.agent.own_cost_usd == pytest.approx(report.total_cost_usd) and report.agent.cost_note == ""
 
 
 def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
