@@ -93,8 +93,9 @@ class PerfSpec(_Spec):
     min_effect: float = Field(default=0.03, gt=0, lt=1)
     timeout_s: float = Field(default=300, gt=0)
     # Timed calls per bench process: the metric's gain times this is what the harness's own clock
-    # must see each bench process save (agent.checks.confirm).
-    calls: int = Field(default=1, ge=1)
+    # must see each bench process save (agent.checks.confirm). None: as many as the lines of the
+    # metric a baseline process prints.
+    calls: int | None = Field(default=None, ge=1)
     # A hint, not a bound: a speedup beyond it is confirmed only where the harness's clock sees a
     # saving that is positive, not merely one it cannot rule out (agent.checks.confirm).
     max_speedup: float = Field(default=10.0, gt=1)

@@ -269,10 +269,10 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
         "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
         "verdict": c.verdict, "precise": c.precise, "alpha": c.alpha, "max_pairs": policy.max_pairs,
-        "cv": c.cv, "stop_reason": c.stop_reason})
+        "cv": c.cv, "stop_reason": c.stop_reason, "lines": samples.lines})
     # the harness's own clock on the same processes; grade judges it again under the task as it is then
-    e.perf.outside = confirm.judge(e.perf, confirm.figures(samples.wall, samples.cpu), calls=spec.calls,
-                                   max_speedup=spec.max_speedup)
+    e.perf.outside = confirm.judge(e.perf, confirm.figures(samples.wall, samples.cpu),
+                                   calls=spec.calls or samples.lines, max_speedup=spec.max_speedup)
     if "reference" in samples.values:
         e.reference = _reference(e.perf, samples.values["reference"])
 

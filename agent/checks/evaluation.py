@@ -160,7 +160,7 @@ class OutsideClock(BaseModel):
     candidate_wall_s: list[float] = []
     baseline_cpu_s: list[float] = []
     candidate_cpu_s: list[float] = []
-    calls: int = 1  # timed calls per bench process (the task's `perf.calls`)
+    calls: int = 1  # timed calls per bench process (the task's `perf.calls`, else the metric's lines)
     claimed_s: float | None = None  # the saving per process the metric claims; None: not a time metric
     claimed_low_s: float | None = None  # the least of it the metric's own interval supports: what must be seen
     wall: ClockSaving | None = None
@@ -200,6 +200,7 @@ class PerfResult(BaseModel):
     duration_s: float = 0.0  # sampling only
     processes: str = "fresh processes"  # how the bench samples were started (agent.checks.perf.Bench)
     timer: str | None = None  # how the bench says it timed, e.g. "cuda-events, L2 flushed" (its line's "timer")
+    lines: int = 1  # lines of the metric one baseline bench process printed; a process's value is their median
     lock_wait_s: float = 0.0  # waiting for another measurement on the same device
     started_at: float | None = None  # when sampling began, holding the device lock (Unix time): lets a reader
     # check that measurements on one device never overlapped

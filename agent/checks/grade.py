@@ -217,7 +217,7 @@ def outside(e: Evidence, spec: TaskSpec) -> OutsideClock | None:
     p = e.perf
     if p is None or p.outside is None or spec.perf is None:
         return None
-    return confirm.judge(p, p.outside, calls=spec.perf.calls, max_speedup=spec.perf.max_speedup)
+    return confirm.judge(p, p.outside, calls=spec.perf.calls or p.lines, max_speedup=spec.perf.max_speedup)
 
 
 def _ids(run: CommandRun) -> str:

@@ -17,7 +17,9 @@ at `max_pairs` an answer that is still unclear is "inconclusive".
 from __future__ import annotations
 
 import json
+import math
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,19 +75,22 @@ class Samples:
     # its wall and CPU time in seconds (None where unknown); agent.checks.confirm holds the metric to them
     wall: dict[str, list[float | None]] = field(default_factory=dict)
     cpu: dict[str, list[float | None]] = field(default_factory=dict)
+    lines: int = 1  # lines of the metric a baseline process printed (the most seen)
 
 
 class Reading(NamedTuple):
     """One bench sample: the metric's value, its unit, and how the bench says it timed it
     ("cuda-events, L2 flushed"), from the optional "timer" and "l2_flushed" keys of its line; and
     what the harness saw of its process from outside, out of the code's reach: wall and CPU
-    seconds (None where unknown), which the metric's claimed gain must agree with."""
+    seconds (None where unknown), which the metric's claimed gain must agree with. `lines`: how
+    many lines of the metric the process printed (its value is their median)."""
 
     value: float
     unit: str | None = None
     timer: str | None = None
     wall_s: float | None = None
     cpu_s: float | None = None
+    lines: int = 1
 
 
 def _timer(obj: dict) -> str | None:
@@ -97,14 +102,15 @@ def _timer(obj: dict) -> str | None:
 
 
 def parse_metric(output: str, metric: str) -> Reading:
-    """The value (and unit, and timer) of the one JSON line whose "metric" is `metric`.
+    """The median of the JSON lines whose "metric" is `metric`, with the first one's unit and timer.
 
-    More than one such line is an error: code under test could print a forged line of its own
-    (at exit, say), and "the last one wins" would let it.
+    A bench that times several calls in one process may print a line for each: they are that
+    process's samples. Code under test can print lines of its own; the harness's own clock on the
+    same process (agent.checks.confirm), not a line count, is what holds a forged value to account.
     """
     seen: list[str] = []
-    found: Reading | None = None
-    count = 0
+    found: list[float] = []
+    first: dict = {}
     for line in output.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -117,17 +123,20 @@ def parse_metric(output: str, metric: str) -> Reading:
             continue
         seen.append(str(obj["metric"]))
         if obj["metric"] == metric:
-            count += 1
             try:
-                found = Reading(float(obj["value"]), obj.get("unit"), _timer(obj))
+                value = float(obj["value"])
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f'metric {metric!r} has no numeric "value": {line[:200]}') from None
-    if found is None:
+            if not math.isfinite(value):
+                raise ValueError(f"metric {metric!r} is not a finite number: {line[:200]}")
+            found.append(value)
+            first = first or obj
+    if not found:
         printed = ", ".join(dict.fromkeys(seen)) or "none"
         raise ValueError(f"metric {metric!r} not printed (metrics printed: {printed})")
-    if count > 1:
-        raise ValueError(f"metric {metric!r} printed {count} times; exactly one line is accepted")
-    return found
+    unit = first.get("unit")
+    return Reading(statistics.median(found), unit if isinstance(unit, str) else None, _timer(first),
+                   lines=len(found))
 
 
 def perf_env(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> dict[str, str]:
@@ -231,6 +240,7 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
     cpu: dict[str, list[float | None]] = {s: [] for s in sides}
     unit = timer = None
     comparison = None
+    lines = 1
     for rnd in range(policy.warmup + policy.max_pairs):
         order = list(sides)
         rng.shuffle(order)
@@ -252,6 +262,7 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                 wall[side].append(getattr(got[side], "wall_s", None))
                 cpu[side].append(getattr(got[side], "cpu_s", None))
         timer = getattr(got["baseline"], "timer", None)
+        lines = max(lines, getattr(got["baseline"], "lines", 1))
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
         log(f"perf {label}: " + ", ".join(f"{s}={(warmup if is_warmup else values)[s][-1]:.4g}" for s in sides)
             + f" ({time.monotonic() - t:.1f}s)")
@@ -262,10 +273,11 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
             unanswered = policy.confirm and n < policy.max_pairs and why is not None
-            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls, wall, cpu,
-                                          pairs=n, max_pairs=policy.max_pairs):
+            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall,
+                                          cpu, pairs=n, max_pairs=policy.max_pairs):
                 why = None  # the metric says faster; the harness's clock has not said yes or no yet
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break
-    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer, wall=wall, cpu=cpu)
+    return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer, wall=wall, cpu=cpu,
+                   lines=lines)

@@ -94,6 +94,7 @@ def perf_line(p: PerfResult) -> str:
             f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
             f"p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
             + f", speedup {_num(p.speedup)}x, {p.n_pairs} pairs of samples {p.processes}"
+            + (f" (each the median of its {p.lines} lines)" if p.lines > 1 else "")
             + (f", timed with {p.timer}" if p.timer else "")
             + (f", noise cv {p.cv:.1%}" if p.cv is not None else "")
             + (f"; stopped: {p.stop_reason}" if p.stop_reason

@@ -338,10 +338,12 @@ def test_a_speedup_beyond_the_bound_is_suspicious_unless_the_reference_confirms_
     assert plausibility_problem(float("inf")) is not None and plausibility_problem(float("nan")) is not None
 
 
-def test_a_metric_printed_twice_is_an_error_not_the_last_one():
+def test_a_metric_printed_twice_is_two_samples_not_the_last_one():
+    """A forged line at exit does not replace the real one; it moves the median, which the outside clock
+    then holds to account (tests/redteam)."""
     real = '{"metric": "init_ms", "value": 12.5, "unit": "ms"}'
     forged = '{"metric": "init_ms", "value": 0.001, "unit": "ms"}'
-    with pytest.raises(ValueError, match=r"metric 'init_ms' printed 2 times; exactly one line is accepted"):
-        parse_metric(f"{real}\n{forged}\n", "init_ms")
+    assert parse_metric(f"{real}\n{forged}\n", "init_ms")[:2] == (6.2505, "ms")
+    assert parse_metric(f"{real}\n{forged}\n", "init_ms").lines == 2
     assert parse_metric(f'{real}\n{{"metric": "other", "value": 1}}\n{{"metric": "other", "value": 2}}\n',
                         "init_ms")[:2] == (12.5, "ms")

@@ -5,6 +5,7 @@ or, on a machine too noisy to tell, reported inconclusive with the truth inside 
 from __future__ import annotations
 
 import fcntl
+import json
 import random
 import threading
 import time
@@ -38,6 +39,14 @@ def test_parse_metric_takes_the_named_metric_and_says_what_was_printed_otherwise
         parse_metric("hello\n", "c")
     with pytest.raises(ValueError, match="numeric"):
         parse_metric('{"metric": "a", "value": "fast"}', "a")
+
+
+def test_several_lines_of_the_metric_are_the_process_samples_and_their_median_its_value():
+    lines = "".join(f'{{"metric": "init_ms", "value": {v}, "unit": "ms"}}\n' for v in (5, 1, 4, 2, 3))
+    assert parse_metric(f"{lines}other\n", "init_ms") == (3.0, "ms", None, None, None, 5)
+    assert parse_metric('{"metric": "t", "value": 2}\n{"metric": "t", "value": 4}', "t")[:1] == (3.0,)
+    with pytest.raises(ValueError, match="finite"):
+        parse_metric('{"metric": "t", "value": 2}\n{"metric": "t", "value": NaN}', "t")
 
 
 def test_parse_metric_keeps_how_the_bench_timed():
@@ -253,3 +262,35 @@ def test_a_candidate_that_breaks_the_bench_fails_and_a_missing_metric_is_an_erro
         ev = c.evaluate(make_patch(osrc, other, SAME), quick=True)
     assert ev.verdict == "error"
     assert "metrics printed: other_ms, spin_ms" in ev.error
+
+
+MULTI_LINE_BENCH = """import json
+import time
+
+from pkg.work import spin
+
+for _ in range(5):
+    t = time.perf_counter()
+    spin()
+    print(json.dumps({"metric": "spin_ms", "value": (time.perf_counter() - t) * 1000, "unit": "ms"}))
+"""
+
+
+@pytest.mark.slow
+def test_a_bench_printing_the_metric_once_per_timed_call_is_measured(tmp_path, capsys):
+    """A common shape: a line per timed call. Those are the process's samples (median); the outside clock's
+    `calls` defaults to their count. On main this was an evaluation error ("printed 5 times")."""
+    from helpers import FIXTURE
+
+    from agent.cli import main
+
+    task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False,
+                          files={**FIXTURE, "bench/bench.py": MULTI_LINE_BENCH})
+    patch = tmp_path / "faster.diff"
+    patch.write_text(make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 6_000")}))
+    code = main(["check", str(tmp_path / "task.toml"), "--patch", str(patch), "--json", "--lock-dir",
+                 str(tmp_path / "locks")])
+    ev = json.loads(capsys.readouterr().out)
+    assert code == 0 and ev["verdict"] == "pass" and ev["perf"]["error"] is None, ev
+    assert ev["perf"]["lines"] == 5 and ev["perf"]["outside"]["calls"] == 5
+    assert ev["perf"]["verdict"] == "faster", ev["perf"]
