@@ -9,7 +9,7 @@ go through them, and the evaluation becomes report.json's `evaluation`.
 from agent.checks.checker import Checker
 from agent.checks.evidence import Evidence
 from agent.checks.grade import grade
-from agent.checks.sides import ALWAYS_PROTECTED, CheckError
+from agent.checks.sides import ALWAYS_PROTECTED, CheckError, TaskBroken
 from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DiffStats, Environment, Evaluation,
                                      Hygiene, PerfResult, ReferenceResult)
 from agent.checks.perf import FULL, QUICK, SamplingPolicy
@@ -19,5 +19,5 @@ from agent.checks.stats import Comparison, compare
 __all__ = [
     "ALWAYS_PROTECTED", "CheckError", "Checker", "CommandRun", "Comparison", "Correctness", "CoverageResult",
     "DiffStats", "Environment", "Evaluation", "Evidence", "FULL", "Hygiene", "PerfResult", "QUICK", "ReferenceResult",
-    "SamplingPolicy", "compare", "evaluation_table", "grade", "summarize",
+    "SamplingPolicy", "TaskBroken", "compare", "evaluation_table", "grade", "summarize",
 ]

@@ -28,12 +28,17 @@ class Checker:
         self.measuring = Measuring(lock_dir or DEFAULT_LOCK_DIR, seed, full, quick)
 
     def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evidence:
-        """What the checks find on `patch` (a unified diff against base). Raises PatchError if it does not apply."""
+        """What the checks find on `patch` (a unified diff against base). Raises PatchError if it does not apply,
+        TaskBroken if its tests fail and so do the task's on the unchanged base."""
         return collect(self.sides, patch, quick=quick, perf=perf, reference=reference, measuring=self.measuring)
 
     def evaluate(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evaluation:
         """Grade `patch`. Raises PatchError if it does not apply."""
         return grade(self.collect(patch, quick=quick, perf=perf, reference=reference), self.task.spec)
+
+    def check_base(self) -> None:
+        """Raises TaskBroken when the task's own tests or bench fail on its unchanged base."""
+        self.sides.check_base()
 
     def bin_dir(self) -> Path | None:
         """The folder of the task's interpreter, first on the PATH of every command run for the task."""

@@ -30,7 +30,7 @@ from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.records import new_key
-from agent.checks.sides import CheckError, Sides
+from agent.checks.sides import CheckError, Sides, TaskBroken
 from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.checks.stats import preload as preload_stats
 from agent.env.workspace import Workspace, patch_paths
@@ -59,15 +59,22 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
         return e.model_copy(update={"hygiene": Hygiene(ok=False, problems=problems)})
     try:
         cand = sides.candidate(patch, fresh=not quick)
+    except TaskBroken:
+        raise
     except CheckError as err:
         return e.model_copy(update={"error": str(err)})
     try:
         _gather(sides, cand, e, patch_paths(patch), quick=quick, perf=perf, reference=reference,
                 measuring=measuring)
+    except TaskBroken:
+        raise
     except CheckError as err:
         e.error = str(err)
     finally:
         sides.scrub()
+    c = e.correctness
+    if c is not None and not (c.plain.passed and (c.poison is None or c.poison.passed)):
+        sides.check_base()  # before the change is blamed: whether the task's tests can pass at all
     e.duration_s = round(time.monotonic() - start, 2)
     return e
 

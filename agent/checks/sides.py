@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from agent.checks import sanitizer
+from agent.checks import preflight, sanitizer
 from agent.checks.correctness import check_env, install_hook, run_check, to_run
 from agent.checks.environment import probe
 from agent.checks.evaluation import CommandRun, Environment
@@ -22,11 +22,10 @@ from agent.checks.launch import Launcher
 from agent.checks.records import new_key
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
-from agent.env.sandbox import base_env, hidden_paths, run_command
+from agent.env.sandbox import base_env, run_command
 from agent.env.workspace import PatchError, Workspace
 from agent.task import Task
 from agent.util.files import empty_folder
-from agent.util.text import tail
 
 # Files that change what the tests check without being tests: always protected, on top of the task's list.
 ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py"]
@@ -34,6 +33,10 @@ ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustom
 
 class CheckError(Exception):
     """The task itself cannot be checked (baseline setup or bench broken): verdict "error"."""
+
+
+class TaskBroken(CheckError):
+    """The task's own commands fail on its unchanged base: nothing is graded, whatever the change."""
 
 
 class Sides:
@@ -52,6 +55,7 @@ class Sides:
         self._tests: Launcher | None = None  # the slot's test processes (its warm interpreters)
         self._initcheck: Initcheck | None = None  # compute-sanitizer runs, the baseline's kept
         self._bench_at_base: CommandRun | None = None
+        self._base_runs: preflight.BaseRuns | None = None
 
     @property
     def protected(self) -> list[str]:
@@ -79,30 +83,24 @@ class Sides:
             shutil.rmtree(dest, ignore_errors=True)
             self.log(f"creating the baseline workspace at {self.task.spec.base}")
             ws = Workspace.create(self.task.repo, self.task.spec.base, dest)
-            try:
-                self._check_paths(ws.root)
-            except CheckError:
-                ws.cleanup()
-                raise
             setup = self.setup(ws)
             if setup is not None and not setup.passed:
                 ws.cleanup()
-                raise CheckError(f"setup failed on the baseline (exit {setup.exit_code}): "
-                                 f"{tail(setup.output_tail, 500)}")
+                raise TaskBroken(f"the task cannot be checked: its setup fails on the unchanged base "
+                                 f"({preflight.failure(setup, self, ws.root)})")
             self._baseline = ws
         return self._baseline
 
-    def _check_paths(self, root: Path) -> None:
-        """A task whose command names a folder its sandbox hides cannot pass on any change: say so
-        before anything runs, instead of blaming the change for the exit 127 that follows."""
-        spec = self.task.spec
-        env = base_env({"PYTHONPATH": str(root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
-        for what, command in (("setup", spec.setup and spec.setup.command), ("tests", spec.correctness.command),
-                              ("bench", spec.perf and spec.perf.command)):
-            for path in hidden_paths(command or "", root, env):
-                raise CheckError(f"the task's {what} command names {path}, which its sandbox does not show "
-                                 f"(only system folders, the checkout and the task's Python are there): "
-                                 f"list the folder in the task's `read`")
+    def check_base(self) -> preflight.BaseRuns:
+        """The task's tests and bench on the unchanged base (once, and cached on this machine where they
+        pass); TaskBroken when they fail, since every change would then fail and be blamed."""
+        if self._base_runs is None:
+            runs = preflight.run_base(self)
+            why = preflight.broken(runs, self)
+            if why is not None:
+                raise TaskBroken(why)
+            self._base_runs = runs
+        return self._base_runs
 
     def candidate(self, patch: str, *, fresh: bool = False) -> Workspace:
         """Base plus `patch`, in one folder that serves every evaluation: reset in place, so the warm

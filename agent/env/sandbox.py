@@ -317,10 +317,16 @@ def hidden_paths(command: str, cwd: Path, env: dict[str, str]) -> list[str]:
         words = command.split()
     shown = [Path(os.path.realpath(top)) for top in (*SYSTEM_ROOTS, "/dev", "/proc")]
     shown += [*_needed_binds(env), Path(os.path.realpath(cwd))]
+    shown += [Path(os.path.abspath(s)) for s in (*SYSTEM_ROOTS, cwd)]
+
+    def visible(path: Path) -> bool:
+        return any(path == s or s in path.parents for s in shown)
+
     out = []
     for name in (part for word in words for part in word.split("=") if part.startswith("/")):
-        real = Path(os.path.realpath(name))
-        if real.exists() and not any(real == s or s in real.parents for s in shown) and name not in out:
+        # both where it is named and where it leads must be there: a venv's python is a link out of it
+        here, real = Path(os.path.abspath(name)), Path(os.path.realpath(name))
+        if real.exists() and not (visible(here) and visible(real)) and name not in out:
             out.append(name)
     return out
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
-from agent.checks import CheckError
+from agent.checks import CheckError, TaskBroken
 from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
 from agent.options import RunOptions
@@ -64,6 +64,9 @@ def guarded(call: Callable[[], int]) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         return call()
+    except TaskBroken as e:  # not the input's fault, nor a change's: the task's commands fail on its base
+        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        return 1
     except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError, CheckError) as e:
         err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return EXIT_BAD_INPUT

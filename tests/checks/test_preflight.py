@@ -1,0 +1,76 @@
+"""The task on its unchanged base: a task whose own commands cannot pass is named as broken, never a change."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from helpers import make_patch, make_task
+
+from agent.checks import Checker, TaskBroken
+from agent.checks.preflight import _cache_file
+from agent.cli import main
+from agent.env.sandbox import isolation
+
+IMPORT_ONLY = 'python -c \\"import pkg.work\\"'
+SAFE = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 59_999")}  # a line the import-only tests run
+
+
+def tmp_python(tmp_path):
+    """An interpreter under /tmp, as a venv made there has: the checks' sandbox has a /tmp of its own."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(os.path.realpath(sys.executable))
+    return bin_dir / "python"
+
+
+@pytest.mark.skipif(isolation().mode != "bwrap", reason="needs bubblewrap (a sandbox with a /tmp of its own)")
+def test_an_interpreter_the_sandbox_hides_is_the_task_named_broken_not_the_change(tmp_path, capsys):
+    python = tmp_python(tmp_path)
+    task, src = make_task(tmp_path, correctness=f'{python} -c \\"import pkg.work\\"', poison=False)
+    patch = tmp_path / "safe.diff"
+    patch.write_text(make_patch(src, tmp_path, SAFE))
+    code = main(["check", str(tmp_path / "task.toml"), "--patch", str(patch), "--no-perf"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert code == 1, err
+    assert err.startswith("error: the task cannot be checked: its tests fail on the unchanged base"), err
+    assert f"`{python} -c" in err and "exit 127 (command not found)" in err and f"names {python}" in err, err
+    assert "[setup] python" in err
+
+    # named as the task's interpreter, it is shown to the checks: the safe change passes
+    fixed = tmp_path / "task.toml"
+    fixed.write_text(fixed.read_text().replace(f'{python} -c', "python -c")
+                     + f'\n[setup]\npython = "{python}"\n')
+    code = main(["check", str(fixed), "--patch", str(patch), "--no-perf", "--json"])
+    ev = json.loads(capsys.readouterr().out)
+    assert code == 0 and ev["verdict"] == "pass", ev
+
+
+def test_a_change_that_breaks_the_tests_is_still_its_own_fault(tmp_path):
+    task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False)
+    broken = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60_000 +")})
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        ev = c.evaluate(broken, perf=False)
+    assert ev.verdict == "fail" and "tests fail" in ev.reasons[0], ev.reasons
+
+
+def test_tests_that_fail_on_the_base_fail_no_change_and_a_passing_base_is_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    task, src = make_task(tmp_path, correctness='python -c \\"import pkg.missing\\"', poison=False)
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c, pytest.raises(TaskBroken) as e:
+        c.evaluate(make_patch(src, tmp_path, SAFE), perf=False)
+    assert str(e.value).startswith("the task cannot be checked: its tests fail on the unchanged base (")
+    assert "exit 1" in str(e.value) and "No module named 'pkg.missing'" in str(e.value)
+    assert not list((tmp_path / "cache").glob("bases/*.json")), "a failing base is not remembered"
+
+    good, src = make_task(tmp_path / "good", correctness=IMPORT_ONLY, poison=False)
+    with Checker(good, tmp_path / "work2", lock_dir=tmp_path / "locks") as c:
+        c.check_base()
+        runs = c.sides.check_base()
+    assert runs.plain.passed and runs.bench is not None and runs.bench.passed and runs.metric is not None
+    assert _cache_file(runs.key).is_file()
+    with Checker(good, tmp_path / "work3", lock_dir=tmp_path / "locks") as c:
+        again = c.sides.check_base()
+    assert again == runs  # read back, not run again
