@@ -147,9 +147,12 @@ def _lint_fix(task: Task | None, findings: list, root: Path, lock_dir: str | Non
     return 0
 
 
+EXIT_NOT_PASSED = 3  # check --strict: graded, and not a pass
+
+
 def cmd_check(args: argparse.Namespace, out: Console) -> int:
-    """Grade one patch (or re-grade recorded evidence): exit 0 whatever the verdict, 2 on bad input,
-    1 if the task cannot be checked."""
+    """Grade one patch (or re-grade recorded evidence): exit 0 whatever the verdict (with --strict, 3
+    unless it passes), 2 on bad input, 1 if the task cannot be checked."""
     import json
     import shutil
     import tempfile
@@ -162,7 +165,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
         correctness = task.spec.correctness.model_copy(update={"initcheck": True})
         task = task.model_copy(update={"spec": task.spec.model_copy(update={"correctness": correctness})})
     if args.regrade:  # nothing runs: the task's repository need not even be there
-        return _regrade(task, Path(args.regrade), args.json, out)
+        return _regrade(task, Path(args.regrade), args.json, out, args.strict)
     check_task_base(task)
     opts = options_from_args(args)
     try:
@@ -191,11 +194,16 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
         if args.json:
             Path(args.json).write_text(text + "\n")
         out.print(evaluation_table(ev))
-    return 1 if ev.verdict == "error" else 0
+    return _check_exit(ev.verdict, args.strict)
 
 
-def _regrade(task: Task, path: Path, json_to: str | None, out: Console) -> int:
-    """Grade recorded evidence again under the task's rules as they are now; nothing is run."""
+def _check_exit(verdict: str, strict: bool) -> int:
+    return 1 if verdict == "error" else EXIT_NOT_PASSED if strict and verdict != "pass" else 0
+
+
+def _regrade(task: Task, path: Path, json_to: str | None, out: Console, strict: bool) -> int:
+    """Grade recorded evidence again under the task's rules as they are now; nothing is run. The exit
+    code is the last grading's, as `check` gives it."""
     import json
 
     from agent.checks import evaluation_table, grade
@@ -212,21 +220,23 @@ def _regrade(task: Task, path: Path, json_to: str | None, out: Console) -> int:
         text = json.dumps([ev.model_dump(mode="json") for ev in evs], indent=2)
         if json_to == "-":
             print(text)
-            return 0
+            return _check_exit(evs[-1].verdict, strict)
         Path(json_to).write_text(text + "\n")
     for n, (r, ev) in enumerate(zip(recorded, evs), 1):
         was = (r.evaluation or {}).get("verdict")
         change = "unchanged" if was == ev.verdict else f"was {was}" if was else "not graded before"
         out.print(f"grading {n} of {len(evs)}: {ev.verdict} ({change})", highlight=False)
     out.print(evaluation_table(evs[-1]))
-    return 0
+    return _check_exit(evs[-1].verdict, strict)
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
+    from agent.agents import split_spec
     from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
     from agent.results.plan import Plan, read_plan
     from agent.results.tables import summary_tables
     from agent.run.entry import require_sandbox
+    from agent.run.model_spec import check_spec
     from agent.run.names import check_run_id, new_run_id
 
     if args.resume and not args.run_id:
@@ -239,6 +249,12 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else []
     given += [_contestant_spec(agent, model) for agent, model in args.contestants or []]
     models = given or plan.models or ["rules"]
+    for spec in models:  # every one, before anything is planned: a typo in the last is found now
+        agent, model = split_spec(spec)
+        if agent == OWN_AGENT:
+            check_spec(model)
+        else:
+            make_agent(agent, model)
     opts = options_from_args(args)
     if opts == RunOptions():  # no run flag given: a resumed batch keeps its own
         opts = plan.options
@@ -380,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the tests under compute-sanitizer --tool initcheck (uninitialised device reads)")
     c.add_argument("--reference", action="store_true", help="also measure the task's reference patch")
     c.add_argument("--seed", type=int, default=None, help="seed for the run order and the bootstrap")
+    c.add_argument("--strict", action="store_true",
+                   help=f"a gate for CI: exit {EXIT_NOT_PASSED} when the verdict is anything but pass (without it, "
+                        "exit 0 whatever the change's verdict; always 1 when the task cannot be checked, 2 on bad "
+                        "input)")
     c.add_argument("--lock-dir", default=None,
                    help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
     c.set_defaults(func=cmd_check)

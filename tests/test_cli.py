@@ -140,3 +140,11 @@ def test_a_patch_that_is_no_diff_is_bad_input_not_no_change(tmp_path):
     res = perfagent("check", "tasks/cuda-graph-buffers.toml", "--patch", str(tmp_path / "notes.txt"))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().count("\n") == 0 and "not a unified diff" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("models", ["rules,gtp-5", "rules,claude-codex:sonnet", "rules,openai"])
+def test_every_model_of_a_batch_is_checked_before_anything_is_planned(tmp_path, models):
+    res = perfagent("batch", "tasks", "--models", models, "--out", str(tmp_path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and models.split(",")[1].split(":")[0] in res.stderr, res.stderr
+    assert not (tmp_path / "results").exists(), "nothing is planned"

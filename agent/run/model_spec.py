@@ -34,27 +34,35 @@ def make_model(
     The provider SDKs take ~2 s to import: they load only when a spec names them, so commands
     that never call a model (tasks, lint, check, review) start fast.
     """
-    provider, _, name = spec.strip().partition(":")
-    name = name.strip()
+    provider, name = check_spec(spec)
     if provider == "anthropic":
         from agent.models.anthropic import AnthropicModel
 
         return AnthropicModel(name or DEFAULT_ANTHROPIC_MODEL, base_url=base_url, stream=stream,
                               max_retries=max_retries)
     if provider == "openai":
-        if not name:
-            raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")
         from agent.models.openai import OpenAIModel
 
         return OpenAIModel(name, base_url=base_url, stream=stream, max_retries=max_retries)
     if provider == "replay":
-        if not name:
-            raise ModelError(f"model spec {spec!r} names no trajectory: use replay:<trajectory.jsonl>")
         return ReplayModel(Path(name))
-    if provider == "rules" and not name:
-        if task is None:
-            raise ModelError("the rules policy needs a task")
-        from agent.policies.rules import RulesPolicy
+    if task is None:
+        raise ModelError("the rules policy needs a task")
+    from agent.policies.rules import RulesPolicy
 
-        return RulesPolicy(task)
-    raise ModelError(f"unknown model spec {spec!r}: use rules, anthropic[:<model>], openai:<model> or replay:<file>")
+    return RulesPolicy(task)
+
+
+def check_spec(spec: str) -> tuple[str, str]:
+    """(provider, model name) of a spec our loop can run; ModelError for one it cannot, found without
+    building anything (a batch checks every spec before it plans a job)."""
+    provider, _, name = spec.strip().partition(":")
+    name = name.strip()
+    if provider == "openai" and not name:
+        raise ModelError(f"model spec {spec!r} names no model: use openai:<model>")
+    if provider == "replay" and not name:
+        raise ModelError(f"model spec {spec!r} names no trajectory: use replay:<trajectory.jsonl>")
+    if provider not in ("anthropic", "openai", "replay") and not (provider == "rules" and not name):
+        raise ModelError(f"unknown model spec {spec!r}: use rules, anthropic[:<model>], openai:<model> or "
+                         "replay:<file>")
+    return provider, name

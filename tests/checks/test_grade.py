@@ -183,3 +183,20 @@ def test_the_evaluation_reports_every_fact_it_was_graded_from():
             "diff_stats", "hygiene", "error", "duration_s", "task_id", "quick"} <= set(CARRIED)
     assert all(getattr(ev, name) == getattr(e, name) for name in CARRIED)
     assert ev.perf.model_dump() == e.perf.model_dump() and ev.integrity.flags == e.integrity.flags
+
+
+def test_check_strict_is_a_gate_for_ci(tmp_path):
+    """`check` exits 0 whatever the change's verdict; `--strict` exits 3 unless it is a pass."""
+    from agent.cli import main
+
+    def recorded(e: Evidence) -> str:
+        path = tmp_path / f"checks-{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps([{"time": 0, "full": True, "evidence": e.model_dump(mode="json")}]))
+        return str(path)
+
+    broken = recorded(passing(correctness=Correctness(plain=run("plain", passed=False), poison=run("poison"))))
+    clean = recorded(passing(perf=None))
+    task = "tasks/cuda-graph-buffers.toml"
+    assert main(["check", task, "--regrade", broken, "--json", str(tmp_path / "out.json")]) == 0
+    assert main(["check", task, "--regrade", broken, "--strict", "--json", str(tmp_path / "out.json")]) == 3
+    assert main(["check", task, "--regrade", clean, "--strict", "--json", str(tmp_path / "out.json")]) == 0
