@@ -28,13 +28,16 @@ class Limits:
     max_turns: int
     max_cost_usd: float
     timeout_s: float
+    # The turn limit was asked for (not the task's default): it then binds a scripted policy too, which
+    # otherwise takes the turns its plan needs (rules: one per edit, and a bisection's).
+    turns_asked: bool = False
 
     @classmethod
     def of(cls, task: Task, **overrides: Any) -> Limits:
         b = task.spec.budget
         base = {"max_turns": b.max_turns, "max_cost_usd": b.max_cost_usd, "timeout_s": b.timeout_s}
         base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
+        return cls(**base, turns_asked=overrides.get("max_turns") is not None)
 
 
 class RunOptions(BaseModel):

@@ -111,7 +111,7 @@ def _turns(model: Model, tools: Toolbox, out: Outcome, system: str, messages: li
     idle = False  # the previous reply made no tool call
 
     while True:
-        if out.num_turns >= limits.max_turns and not getattr(model, "scripted", False):
+        if out.num_turns >= limits.max_turns and (limits.turns_asked or not getattr(model, "scripted", False)):
             raise MaxTurns(limits.max_turns)
         if time.monotonic() > deadline:
             raise TimedOut(limits.timeout_s)

@@ -197,3 +197,14 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()
              if json.loads(x)["type"] == "tool_result"]
     assert tools[0] == "list_files" and tools[-1] == "submit" and "run_checks" in tools
+
+
+def test_max_turns_given_binds_the_rules_policy_too(tmp_path, capsys):
+    """Left to the task's budget, rules takes the turns its plan needs; asked for, the limit holds."""
+    from agent.cli import main
+
+    code = main(["run", "tasks/cuda-graph-buffers.toml", "--model", "rules", "--max-turns", "2",
+                 "--out", str(tmp_path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["subtype"], report["num_turns"]) == ("error_max_turns", 2), report["result"]
+    assert code == 1
