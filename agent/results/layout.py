@@ -7,8 +7,12 @@ writer names these paths through this module, and parses a job key with `split_k
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +20,7 @@ REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks
 ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
 EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
 LEDGER, PLAN = "batch.jsonl", "batch.json"  # a batch's memory and its request, beside its jobs
+RUNNING = ".running"  # in a job's folder, locked by the live process writing it
 MAX_SLUG = 60
 
 
@@ -59,6 +64,46 @@ def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
     """(results folder, patch folder) of a job."""
     out = Path(out_dir)
     return out / "results" / run_id / key, out / "patches" / run_id / key
+
+
+class JobInUse(Exception):
+    """Another live process is writing this job's folder."""
+
+
+@contextmanager
+def claim_job(folder: Path) -> Iterator[None]:
+    """Hold `folder` (a job's results folder) while this process writes it: two runs given one run id
+    would interleave one trajectory. The kernel lets go of a dead process's hold, so a killed run's
+    folder can be written again."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / RUNNING, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise JobInUse(f"{folder} is being written by a live run (pid {holder}): give this one "
+                           "another --run-id") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def job_running(folder: Path) -> bool:
+    """Whether a live process holds the job's folder (`claim_job`)."""
+    try:
+        fd = os.open(Path(folder) / RUNNING, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def job_folders(run_dir: Path) -> list[str]:

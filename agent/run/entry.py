@@ -26,6 +26,7 @@ from agent.checks import CheckError, TaskBroken
 from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
 from agent.options import RunOptions
+from agent.results.layout import JobInUse, claim_job
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import TaskError
 
@@ -117,14 +118,18 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         label = f"{agent.name} · {agent.model}"
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
     err = Console(stderr=True, soft_wrap=True)  # an error or warning is one line, however long
-    with _signals_interrupt():
-        if display == "log":
-            result = run(on_event=EventLog(lambda line: print(line, flush=True)))
-        elif display != "summary":
-            result = run()
-        else:
-            with RunProgress(err, f"{task.id} · {label}") as progress:
-                result = run(on_event=progress)
+    folder = Path(request.out_dir) / "results" / kwargs["run_id"] / (request.job or task.id)
+    try:
+        with claim_job(folder), _signals_interrupt():
+            if display == "log":
+                result = run(on_event=EventLog(lambda line: print(line, flush=True)))
+            elif display != "summary":
+                result = run()
+            else:
+                with RunProgress(err, f"{task.id} · {label}") as progress:
+                    result = run(on_event=progress)
+    except JobInUse as e:
+        raise UserError(str(e)) from None
     report = result.report
     if display == "json":
         print(report.to_json(), end="")

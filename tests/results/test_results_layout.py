@@ -19,3 +19,32 @@ def test_locate_finds_the_run_folder_of_a_job_folder(tmp_path):
     (job / "report.json").write_text("{}")
     assert locate(job) == (run_dir.resolve(), "t1/m/s0")
     assert locate(run_dir) == (run_dir.resolve(), None)
+
+
+def test_a_run_id_a_live_run_is_writing_is_refused_and_free_again_once_it_ends(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from agent.cli import main
+    from agent.results.layout import job_running
+
+    folder = tmp_path / "results" / "r1" / "cuda-graph-buffers"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from agent.results.layout import claim_job\n"
+                               f"with claim_job(Path({str(folder)!r})):\n    print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held" and job_running(folder)
+        code = main(["run", "tasks/cuda-graph-buffers.toml", "--model", "rules", "--max-turns", "1", "--run-id", "r1",
+                     "--out", str(tmp_path)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.count("\n") == 0, err
+        assert f"is being written by a live run (pid {holder.pid})" in err and "--run-id" in err
+        assert not (folder / "trajectory.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not job_running(folder)
+    code = main(["run", "tasks/cuda-graph-buffers.toml", "--model", "rules", "--max-turns", "1", "--run-id", "r1",
+                 "--out", str(tmp_path)])
+    assert code == 1 and (folder / "trajectory.jsonl").exists()  # ran: error_max_turns, as asked
