@@ -55,6 +55,8 @@ def prepare(task: Task, *, log: Callable[[str], None] = lambda _: None, cache: P
     if setup is None or (setup.python is None and not setup.venv):
         return Interpreter()
     base = _resolve_python(task, setup)
+    if setup.python and "/" not in setup.python:
+        log(f"the task's python: {setup.python} is {base}")
     cache = cache or cache_dir()
     if not setup.venv:
         return Interpreter(bin_dir=_named(base, cache))
@@ -69,7 +71,7 @@ def _resolve_python(task: Task, setup: SetupSpec) -> str:
         found = resolve_near(task.file, name)
         path = str(found) if found is not None else None
     else:
-        path = shutil.which(name)
+        path = shutil.which(name, path=path_without_own_venv())
     if path is None or not os.access(path, os.X_OK):
         raise InterpreterError(f"{task.file}: setup.python: interpreter not found: {name}")
     try:
@@ -84,6 +86,15 @@ def _resolve_python(task: Task, setup: SetupSpec) -> str:
         raise InterpreterError(f"{task.file}: setup.python: {path} is Python {version[0]}.{version[1]}; "
                                f"3.9 or newer is needed")
     return os.path.abspath(path)
+
+
+def path_without_own_venv() -> str:
+    """PATH without perfagent's own virtual environment: a task's `python = "python3"` means the
+    machine's (or the user's active) Python, not the one perfagent happens to be installed in."""
+    own = Path(sys.prefix).resolve() if sys.prefix != sys.base_prefix else None
+    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(e for e in entries
+                           if own is None or not (Path(e).resolve() == own or own in Path(e).resolve().parents))
 
 
 def _named(python: str, cache: Path) -> Path:
@@ -122,7 +133,7 @@ def _build(venv: Path, python: str, setup: SetupSpec, *, cwd: Path, log: Callabl
         shutil.rmtree(venv, ignore_errors=True)
         logfile = venv.parent / f"{venv.name}.log"
         start = time.monotonic()
-        log(f"building the task's venv in {venv} (once on this machine)")
+        log(f"building the task's venv in {venv} from {python} (once on this machine)")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env |= {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +94,20 @@ def test_a_named_interpreter_is_what_python_means(tmp_path: Path) -> None:
     with Checker(task, tmp_path / "work") as checker:
         ev = checker.evaluate(PATCH, perf=False)
     assert f"PREFIX {base}" in ev.correctness.plain.output_tail
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="perfagent runs in no virtual environment here")
+def test_python3_by_name_is_never_perfagents_own_venv(tmp_path: Path, monkeypatch) -> None:
+    """With perfagent's venv active (first on PATH), `python = "python3"` is the machine's python3, said so."""
+    own = Path(sys.prefix) / "bin"
+    monkeypatch.setenv("PATH", f"{own}{os.pathsep}{os.environ.get('PATH', '')}")
+    if shutil.which("python3", path=os.environ["PATH"].split(os.pathsep, 1)[1]) is None:
+        pytest.skip("no python3 on PATH outside perfagent's venv")
+    said: list[str] = []
+    interp = prepare(load_task(write_task(tmp_path, 'python = "python3"')), log=said.append)
+    chosen = Path(interp.python)
+    assert own not in chosen.parents and own not in chosen.resolve().parents, chosen
+    assert any(line.startswith("the task's python: python3 is /") for line in said), said
 
 
 @pytest.mark.parametrize("setup, problem", [
