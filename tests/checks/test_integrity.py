@@ -1,6 +1,6 @@
 """Test and import integrity on real files: what a patch may not touch (pytest config, conftest,
 start-up hooks, shadowing modules), what gets flagged (pytest detection, torch monkeypatching),
-the plausibility bound, and the one-line rule for metrics."""
+and metric lines printed twice."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from agent.checks.integrity import (
     encoding_violations,
     installed_top_level_modules,
     is_test_path,
-    plausibility_problem,
     shadowed_modules,
     suspicious_code,
 )
@@ -325,19 +324,7 @@ def test_check_integrity_combines_refusals_and_flags(tmp_path):
     assert IntegrityResult().summary() == "integrity: ok"
 
 
-# -- plausibility and forged metrics -----------------------------------------------------------------
-def test_a_speedup_beyond_the_bound_is_suspicious_unless_the_reference_confirms_it():
-    assert plausibility_problem(888.0, 10.0, None) == (
-        "speedup 888x exceeds the plausibility bound of 10x (no reference confirms it)")
-    assert plausibility_problem(30.0, 10.0, 2.0) == (
-        "speedup 30x exceeds the plausibility bound of 10x (the reference reaches only 2x)")
-    assert plausibility_problem(30.0, 10.0, 20.0) is None  # 20 >= 30 / 1.5
-    assert plausibility_problem(30.0, 10.0, 19.9) is not None
-    assert plausibility_problem(9.5) is None and plausibility_problem(None) is None
-    assert plausibility_problem(12.5, 20.0) is None and plausibility_problem(12.5) is not None
-    assert plausibility_problem(float("inf")) is not None and plausibility_problem(float("nan")) is not None
-
-
+# -- forged metrics -----------------------------------------------------------------
 def test_a_metric_printed_twice_is_two_samples_not_the_last_one():
     """A forged line at exit does not replace the real one; it moves the median, which the outside clock
     then holds to account (tests/redteam)."""
