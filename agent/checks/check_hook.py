@@ -11,7 +11,7 @@ Every Python process a check command starts runs this at start-up:
   run, each line once per process, appended to a file of its own in <folder> as it happens (so a
   process that dies still leaves what it ran). No package is needed: `sys.monitoring` on 3.12+,
   a tracer that looks only into those files' frames on 3.9-3.11, switched on as the first of them
-  is imported.
+  is imported or loaded by path (`spec_from_file_location` and `exec_module`).
 Then the sitecustomize this file shadows, if any, still runs. A warm interpreter
 (agent/env/zygote.py) imports this once and calls `perfagent_start` in each forked child.
 
@@ -140,6 +140,16 @@ def _start_lines(sign):
             sys.settrace(on_call)
             threading.settrace(on_call)
 
+    loader = importlib.machinery.SourceFileLoader
+    run_source = loader.exec_module
+
+    def exec_module(self, module):
+        if not state["on"] and wanted(self.path):
+            activate()  # a changed file loaded by path (spec_from_file_location, a loader of its own)
+        return run_source(self, module)
+
+    loader.exec_module = exec_module
+
     class OnChangedImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if state["on"] or name.rpartition(".")[2] not in stems:
@@ -150,9 +160,9 @@ def _start_lines(sign):
             return None  # the usual finders go on to find it: this one only watches
 
     def missed():
-        """A changed file that ran before the tracer was on (a script run as __main__, a file loaded
-        by path): its lines are not measured in this process, and the harness must not call them
-        unexecuted."""
+        """A changed file that ran before the tracer was on (a script run as __main__, source exec'd
+        into a module by hand): its lines are not measured in this process, and the harness must not
+        call them unexecuted."""
         if state["on"]:
             return
         for module in list(sys.modules.values()):

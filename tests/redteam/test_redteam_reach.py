@@ -157,9 +157,10 @@ def test_a_task_naming_a_hidden_folder_is_an_error_that_names_it(tmp_path):
     patch = lab.root / "safe.diff"
     patch.write_text(lab.patch({"pkg/mod.py": lambda t: t.replace(SAFE_EDIT["old"], SAFE_EDIT["new"])}))
     proc = lab.perfagent("check", str(lab.task), "--patch", str(patch), "--json", "-")
-    ev = json.loads(proc.stdout)
-    assert proc.returncode != 0 and ev["verdict"] == "error", ev
-    assert str(tool) in ev["error"] and "`read`" in ev["error"], ev["error"]
+    said = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and not proc.stdout.strip(), proc.stdout  # nothing graded
+    assert said.startswith("error: the task cannot be checked: its tests fail on the unchanged base"), said
+    assert "exit 127" in said and str(tool) in said and "`read`" in said, said
     lab.task.write_text(lab.task.read_text().replace('prompt =', f'read = ["{lab.outside}"]\nprompt ='))
     proc = lab.perfagent("check", str(lab.task), "--patch", str(patch), "--json", "-")
     ev = json.loads(proc.stdout)
