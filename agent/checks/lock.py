@@ -26,17 +26,26 @@ def lock_path(lock_dir: Path, device: str) -> Path:
 
 
 @contextmanager
-def device_lock(device: str, lock_dir: Path = DEFAULT_LOCK_DIR,
-                log: Callable[[str], None] = lambda _: None) -> Iterator[Path]:
-    """Hold the lock for `device` ("cpu", "cuda:0") for the duration of the block."""
+def device_lock(device: str, lock_dir: Path = DEFAULT_LOCK_DIR, log: Callable[[str], None] = lambda _: None,
+                tick_s: float = 15.0) -> Iterator[Path]:
+    """Hold the lock for `device` ("cpu", "cuda:0") for the duration of the block; while waiting for
+    it, say so every `tick_s`, with how long so far and who holds it now."""
     path = lock_path(lock_dir, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for the {device} perf lock ({path}): {holder(f)}")
-            fcntl.flock(f, fcntl.LOCK_EX)
+        start = time.monotonic()
+        said = None
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if said is None or waited - said >= tick_s:
+                    so_far = f", {waited:.0f}s so far" if said is not None else ""
+                    log(f"waiting for the {device} perf lock ({path}{so_far}): {holder(f)}")
+                    said = waited
+                time.sleep(min(0.2, tick_s))
         _write_holder(f)
         try:
             yield path

@@ -61,3 +61,20 @@ def test_a_holder_that_wrote_nothing_is_still_a_clear_message(tmp_path):
     with open(path, "a+") as f:
         said = lock.holder(f, now=1000.0 + 300)
     assert said.startswith("held by pid 42 since ") and "(5.0 min ago): perfagent run t.toml" in said
+
+
+def test_a_long_wait_says_so_again_as_it_goes(tmp_path):
+    """A wait of minutes is not one line that never changes: it ticks, with the time waited so far."""
+    messages: list[str] = []
+
+    def wait():
+        with device_lock("cpu", tmp_path, log=messages.append, tick_s=0.3):
+            pass
+
+    with device_lock("cpu", tmp_path):
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(1.0)
+    t.join(5)
+    assert len(messages) >= 3, messages
+    assert "so far" not in messages[0] and all(", 0s so far" in m or ", 1s so far" in m for m in messages[1:]), messages
