@@ -16,12 +16,13 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from agent.task import SetupSpec, Task, resolve_near
 
@@ -143,12 +144,7 @@ def _build(venv: Path, python: str, setup: SetupSpec, *, cwd: Path, log: Callabl
                 log(f"venv: {step}")
                 out.write(f"$ {step}\n")
                 out.flush()
-                try:
-                    res = subprocess.run(["bash", "-c", step], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, timeout=setup.timeout_s)
-                    code = res.returncode
-                except subprocess.TimeoutExpired:
-                    code = None
+                code = _step(step, cwd=cwd, env=env, out=out, logfile=logfile, timeout_s=setup.timeout_s, log=log)
                 if code != 0:
                     shutil.rmtree(venv, ignore_errors=True)
                     why = f"timed out after {setup.timeout_s:g}s" if code is None else f"exit {code}"
@@ -157,6 +153,25 @@ def _build(venv: Path, python: str, setup: SetupSpec, *, cwd: Path, log: Callabl
         (venv / READY).write_text(json.dumps({"python": python, "commands": setup.venv,
                                               "seconds": round(time.monotonic() - start, 1)}))
         log(f"venv ready in {time.monotonic() - start:.0f}s")
+
+
+def _step(step: str, *, cwd: Path, env: dict[str, str], out: IO[str], logfile: Path, timeout_s: float,
+          log: Callable[[str], None], tick_s: float = 10.0) -> int | None:
+    """Run one build step into the log; every `tick_s` say how long it has run and its last line (a
+    first SGLang build is minutes of pip). Its exit code, None when it timed out."""
+    proc = subprocess.Popen(["bash", "-c", step], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    start = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=tick_s)
+        except subprocess.TimeoutExpired:
+            ran = time.monotonic() - start
+            if ran > timeout_s:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None
+            log(f"venv: {ran:.0f}s: {_last_line(logfile)}")
 
 
 def _last_line(logfile: Path) -> str:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,23 @@ def test_a_candidate_cannot_plant_code_in_the_shared_venv(tmp_path: Path) -> Non
         ev = checker.evaluate(attack, perf=False)
     assert "BLOCKED" in ev.correctness.plain.output_tail, ev.correctness.plain.output_tail
     assert not planted.exists()
+
+
+def test_a_long_build_step_says_how_it_goes(tmp_path: Path) -> None:
+    """A first SGLang build is minutes of pip: the step's time and last line are told as it runs, and a
+    step past its time limit is stopped."""
+    from agent.env.interpreter import _step
+
+    said: list[str] = []
+    logfile = tmp_path / "build.log"
+    with open(logfile, "w") as out:
+        code = _step("echo Collecting torch; sleep 0.6; echo Installing; sleep 0.6", cwd=tmp_path, env=dict(os.environ),
+                     out=out, logfile=logfile, timeout_s=30, log=said.append, tick_s=0.25)
+    assert code == 0
+    assert any(m.endswith(": Collecting torch") for m in said) and any(m.endswith(": Installing") for m in said)
+    assert all(m.startswith("venv: ") and "s: " in m for m in said), said
+    with open(logfile, "w") as out:
+        start = time.monotonic()
+        code = _step("sleep 30", cwd=tmp_path, env=dict(os.environ), out=out, logfile=logfile, timeout_s=0.5,
+                     log=said.append, tick_s=0.25)
+    assert code is None and time.monotonic() - start < 10
