@@ -1,8 +1,11 @@
 """Live progress of a batch: a bar, done / running / failed / skipped, ETA and dollars spent,
-and one line per finished job above it."""
+and one line per finished job above it. Where the output is no terminal (a log file, CI), one
+plain line per event instead, as it happens: a job started, a check of a job landed, a job ended."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -51,20 +54,50 @@ class BatchProgress:
                             console=console, transient=False)
         self.task_id = self.bar.add_task("jobs", total=total, completed=len(earlier))
         self._live = Live(self, console=console, refresh_per_second=2, transient=False)
+        self.plain = not console.is_terminal  # no redrawn display: lines as events happen
+        self._read: dict[str, int] = {}  # a running job's log: how far its checks were told (plain)
+        self._stop = threading.Event()
+        self._watch = threading.Thread(target=self._tell_checks, daemon=True)
 
     def __enter__(self) -> "BatchProgress":
-        if not self.quiet:
+        if self.quiet:
+            pass
+        elif self.plain:
+            self._watch.start()
+        else:
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if not self.quiet:
+        if self.quiet:
+            return
+        if self.plain:
+            self._stop.set()
+            self._watch.join(5)
+            self.console.print(self._status(), highlight=False)
+        else:
             self._live.refresh()
             self._live.__exit__(*exc)
 
     def started(self, job: JobSpec, device: str | None) -> None:
         self.running[job.key] = time.monotonic()
+        if self.plain and not self.quiet:
+            self.console.print(f"started {job.key}" + (f" on {device}" if device else ""), highlight=False)
         self._refresh()
+
+    def _tell_checks(self, every_s: float = 1.0) -> None:
+        """Plain output: each check a running job's log says has landed, as one line."""
+        while not self._stop.wait(every_s):
+            self.tell_checks()
+
+    def tell_checks(self) -> None:
+        for key in list(self.running):
+            if self.log_of is None:
+                return
+            lines, self._read[key] = _new_lines(self.log_of(key), self._read.get(key, 0))
+            for line in lines:
+                if _CHECKED.search(line):
+                    self.console.print(f"  {escape(key)}: {escape(line.split(' ', 1)[-1])}", highlight=False)
 
     def finished(self, rec: JobRecord) -> None:
         self.running.pop(rec.key, None)
@@ -74,11 +107,14 @@ class BatchProgress:
             self.walls.append(rec.wall_s)
         self.bar.advance(self.task_id)
         if not self.quiet:
+            if self.plain:
+                self.tell_checks()  # what it landed before it ended, first
             self.console.print(self._line(rec), highlight=False)
+        self._read.pop(rec.key, None)
         self._refresh()
 
     def _refresh(self) -> None:
-        if not self.quiet:
+        if not self.quiet and not self.plain:
             self._live.refresh()
 
     def _line(self, r: JobRecord) -> str:
@@ -105,15 +141,33 @@ class BatchProgress:
             table.add_row(task, model, sample, _hms(now - since), escape(step))
         return table
 
-    def _render(self) -> Group:
+    def _status(self) -> Text:
         done = sum(self.counts.values())
         mean = sum(self.walls) / len(self.walls) if self.walls else None
         eta = eta_seconds(self.total - done, mean, min(self.workers, max(1, self.total - done)))
         c = self.counts
-        status = Text.from_markup(
+        return Text.from_markup(
             f"done [green]{c['done']}[/] · running [cyan]{len(self.running)}[/] · failed [red]{c['failed']}[/] · "
             f"skipped [yellow]{c['skipped']}[/] · ETA {_hms(eta)} · spent ${self.cost:.4f}")
+
+    def _render(self) -> Group:
+        status = self._status()
         return Group(self.bar, status, self.jobs_table()) if self.running else Group(self.bar, status)
+
+
+_CHECKED = re.compile(r"(?:quick check|final evaluation) #\d+: ")  # agent.run.progress.EventLog's "checked"
+
+
+def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The whole lines a growing log gained since `offset`, and the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    whole = data[: data.rfind(b"\n") + 1]
+    return [ln.strip() for ln in whole.decode("utf-8", "replace").splitlines() if ln.strip()], offset + len(whole)
 
 
 def _last_line(path: Path, tail: int = 4096) -> str:

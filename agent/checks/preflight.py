@@ -26,13 +26,13 @@ from agent.checks.correctness import POISON_ENV, to_run
 from agent.checks.evaluation import CommandRun
 from agent.checks.perf import parse_metric
 from agent.env.interpreter import Interpreter, cache_dir
-from agent.env.sandbox import base_env, hidden_paths, isolation
+from agent.env.sandbox import hidden_paths, isolation
 from agent.util.files import write_json
 from agent.util.text import first_line, tail
 
 if TYPE_CHECKING:
-    from agent.checks.sides import Sides
-    from agent.task import Task
+    from agent.checks.launch import Launcher
+    from agent.task import Task, TaskSpec
 
 
 class BaseRuns(BaseModel):
@@ -46,61 +46,45 @@ class BaseRuns(BaseModel):
     seconds: float = 0.0
 
 
-def run_base(sides: Sides) -> BaseRuns:
-    """Run the task's tests (plain, and poisoned where the task asks) and its bench once on the base,
-    at once, in the checks' own sandbox; the record of a passing base comes from the cache."""
-    from agent.checks.launch import Launcher
-
-    task, base = sides.task, sides.baseline()
-    key = base_key(task, base.base_commit, sides.interpreter())
-    cached = _cached(key)
-    if cached is not None:
-        return cached
-    spec, perf = task.spec.correctness, task.spec.perf
-    sides.log("checking the task on its unchanged base (tests" + (", poisoned" if spec.poison else "")
-              + (", bench" if perf else "") + ")")
+def run_base(spec: TaskSpec, launcher: Launcher, key: str) -> BaseRuns:
+    """Run the task's tests (plain, and poisoned where it asks) and its bench once with `launcher` (the
+    unchanged base's), all at once."""
+    tests, perf = spec.correctness, spec.perf
     start = time.monotonic()
-    launcher = Launcher(base.root, sides.test_env(base.root), warm=sides.warm, log=sides.log)
-    try:
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            plain = pool.submit(launcher.run, spec.command, timeout_s=spec.timeout_s)
-            poison = pool.submit(launcher.run, spec.command, timeout_s=spec.timeout_s,
-                                 env=POISON_ENV) if spec.poison else None
-            bench = pool.submit(launcher.run, perf.command, timeout_s=perf.timeout_s) if perf else None
-            runs = BaseRuns(key=key, plain=to_run("plain", plain.result()),
-                            poison=to_run("poison", poison.result()) if poison else None,
-                            bench=to_run("bench", bench.result()) if bench else None)
-            if bench is not None and runs.bench is not None and runs.bench.passed and perf is not None:
-                try:
-                    runs.metric = parse_metric(bench.result().output, perf.metric).value
-                except ValueError as e:
-                    runs.bench = runs.bench.model_copy(update={"passed": False, "output_tail": str(e)})
-    finally:
-        launcher.close()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        plain = pool.submit(launcher.run, tests.command, timeout_s=tests.timeout_s)
+        poison = pool.submit(launcher.run, tests.command, timeout_s=tests.timeout_s,
+                             env=POISON_ENV) if tests.poison else None
+        bench = pool.submit(launcher.run, perf.command, timeout_s=perf.timeout_s) if perf else None
+        runs = BaseRuns(key=key, plain=to_run("plain", plain.result()),
+                        poison=to_run("poison", poison.result()) if poison else None,
+                        bench=to_run("bench", bench.result()) if bench else None)
+    if bench is not None and runs.bench is not None and runs.bench.passed and perf is not None:
+        try:
+            runs.metric = parse_metric(bench.result().output, perf.metric).value
+        except ValueError as e:
+            runs.bench = runs.bench.model_copy(update={"passed": False, "output_tail": str(e)})
     runs.seconds = round(time.monotonic() - start, 2)
-    if broken(runs, sides) is None:
-        write_json(_cache_file(key), runs.model_dump(mode="json"))
     return runs
 
 
-def broken(runs: BaseRuns, sides: Sides) -> str | None:
-    """Why the task cannot be checked, from what failed on its base (None: nothing did)."""
+def broken(runs: BaseRuns, root: Path, env: dict[str, str]) -> str | None:
+    """Why the task cannot be checked, from what failed on its base in `root` (None: nothing did)."""
     for what, run in (("tests", runs.plain), ("tests with uninitialised memory poisoned", runs.poison),
                       ("bench", runs.bench)):
         if run is not None and not run.passed:
-            why = failure(run, sides, sides.baseline().root)
-            return f"the task cannot be checked: its {what} fail on the unchanged base ({why})"
+            return f"the task cannot be checked: its {what} fail on the unchanged base ({failure(run, root, env)})"
     return None
 
 
-def failure(run: CommandRun, sides: Sides, root: Path) -> str:
+def failure(run: CommandRun, root: Path, env: dict[str, str]) -> str:
     """One line on a failed command: its exit named for what it is, the paths it names that the
-    sandbox hides and how to show them, else the last line it printed."""
+    sandbox (started in `root` with `env`) hides and how to show them, else the last line it printed."""
     if run.timed_out:
         return f"`{run.command}` timed out after {run.duration_s:g}s"
     meaning = {126: "found but not executable", 127: "command not found"}.get(run.exit_code)
     said = f"`{run.command}` exit {run.exit_code}" + (f" ({meaning})" if meaning else "")
-    hidden = hidden_names(run.command, root, sides, found_on_host=run.exit_code == 127)
+    hidden = hidden_names(run.command, root, env, found_on_host=run.exit_code == 127)
     if hidden:
         return (f"{said}; it names {', '.join(hidden)}, which the checks' sandbox does not show (there: system "
                 f"folders, the checkout and the task's Python): make it the task's `[setup] python`, or list "
@@ -109,10 +93,9 @@ def failure(run: CommandRun, sides: Sides, root: Path) -> str:
     return said + (f": {last}" if last else "")
 
 
-def hidden_names(command: str, root: Path, sides: Sides, *, found_on_host: bool = False) -> list[str]:
+def hidden_names(command: str, root: Path, env: dict[str, str], *, found_on_host: bool = False) -> list[str]:
     """The paths `command` names that its sandbox hides; with `found_on_host` (it was not found in
     there), also where the host's PATH finds its first word, when the sandbox hides that."""
-    env = base_env({"PYTHONPATH": str(root)}, bin_dir=sides.interpreter().bin_dir, read=sides.task.read)
     named = hidden_paths(command, root, env)
     try:
         first = shlex.split(command)[0] if command.strip() else ""
@@ -135,9 +118,14 @@ def _cache_file(key: str) -> Path:
     return cache_dir() / "bases" / f"{key}.json"
 
 
-def _cached(key: str) -> BaseRuns | None:
+def cached(key: str) -> BaseRuns | None:
+    """The record of a base that passed under `key`, if this machine has one."""
     try:
         runs = BaseRuns.model_validate_json(_cache_file(key).read_text())
     except (OSError, ValidationError):
         return None
     return runs if runs.key == key else None
+
+
+def remember(runs: BaseRuns) -> None:
+    write_json(_cache_file(runs.key), runs.model_dump(mode="json"))

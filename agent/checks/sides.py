@@ -87,7 +87,7 @@ class Sides:
             if setup is not None and not setup.passed:
                 ws.cleanup()
                 raise TaskBroken(f"the task cannot be checked: its setup fails on the unchanged base "
-                                 f"({preflight.failure(setup, self, ws.root)})")
+                                 f"({preflight.failure(setup, ws.root, self.command_env(ws.root))})")
             self._baseline = ws
         return self._baseline
 
@@ -95,10 +95,20 @@ class Sides:
         """The task's tests and bench on the unchanged base (once, and cached on this machine where they
         pass); TaskBroken when they fail, since every change would then fail and be blamed."""
         if self._base_runs is None:
-            runs = preflight.run_base(self)
-            why = preflight.broken(runs, self)
+            base = self.baseline()
+            key = preflight.base_key(self.task, base.base_commit, self.interpreter())
+            runs = preflight.cached(key)
+            if runs is None:
+                self.log("checking the task on its unchanged base: its tests and bench, once")
+                launcher = Launcher(base.root, self.test_env(base.root), warm=self.warm, log=self.log)
+                try:
+                    runs = preflight.run_base(self.task.spec, launcher, key)
+                finally:
+                    launcher.close()
+            why = preflight.broken(runs, base.root, self.command_env(base.root))
             if why is not None:
                 raise TaskBroken(why)
+            preflight.remember(runs)
             self._base_runs = runs
         return self._base_runs
 
@@ -175,8 +185,12 @@ class Sides:
         if spec is None or spec.command is None:
             return None
         self.log(f"setup: {spec.command}")
-        env = base_env({"PYTHONPATH": str(ws.root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
-        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s, env=env))
+        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s,
+                                           env=self.command_env(ws.root)))
+
+    def command_env(self, root: Path) -> dict[str, str]:
+        """The environment of a task command that is not a check (its setup) in checkout `root`."""
+        return base_env({"PYTHONPATH": str(root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
 
     def environment(self) -> Environment:
         if self._env is None:

@@ -468,3 +468,37 @@ def test_the_live_table_shows_each_running_job_and_its_latest_step(tmp_path):
     assert "rules" in row and "s0" in row and "2m05s" in row
     assert "quick check #2: fail · tests fail: draft_topk2[ps1]" in row
     assert "starting" in next(line for line in text.splitlines() if line.startswith("u "))
+
+
+def test_with_no_terminal_each_event_is_one_plain_line_as_it_happens(tmp_path):
+    """Output to a file or CI: a job started, each check it landed, and its end, each a line as it happens,
+    not nothing until the first job ends."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent.batch.executors import JobSpec
+    from agent.batch.progress import BatchProgress
+    from agent.run.progress import EventLog
+
+    out = StringIO()
+    log = tmp_path / "batch.log"
+    progress = BatchProgress(Console(file=out, width=200), total=1, workers=1, earlier=[], log_of=lambda key: log)
+    with progress:
+        progress.started(JobSpec(key="t/rules/s0", task="t", task_file="x.toml", model="rules", model_arg="rules",
+                                 sample=0), "cpu")
+        assert out.getvalue() == "started t/rules/s0 on cpu\n"
+        with open(log, "w") as f:
+            events = EventLog(lambda line: print(line, file=f, flush=True))
+            events("turn", {"turn": 4})
+            events("checks", {"full": False, "n": 1, "diff": "1 file"})
+            events("checked", {"full": False, "n": 1, "line": "fail · tests fail: test_fill"})
+        deadline = time.monotonic() + 10
+        while "quick check #1: fail" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.1)  # told by the watcher, before the job ends
+        assert out.getvalue().splitlines()[1] == "  t/rules/s0: quick check #1: fail · tests fail: test_fill"
+        progress.finished(JobRecord(key="t/rules/s0", task="t", model="rules", sample=0, status="done",
+                                    subtype="success", verdict="pass"))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and "t/rules/s0" in lines[2] and "pass" in lines[2], lines
+    assert lines[3].startswith("done 1 · running 0 · failed 0"), lines

@@ -29,10 +29,9 @@ def test_a_run_id_a_live_run_is_writing_is_refused_and_free_again_once_it_ends(t
     from agent.results.layout import job_running
 
     folder = tmp_path / "results" / "r1" / "cuda-graph-buffers"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from agent.results.layout import claim_job\n"
-                               f"with claim_job(Path({str(folder)!r})):\n    print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    hold = ("import sys, time\nfrom pathlib import Path\nfrom agent.results.layout import claim_job\n"
+            f"with claim_job(Path({str(folder)!r})):\n    print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held" and job_running(folder)
         code = main(["run", "tasks/cuda-graph-buffers.toml", "--model", "rules", "--max-turns", "1", "--run-id", "r1",
