@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from agent.env.candidate import MAX_DIFF_BYTES, megabytes
+
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _GIT_HEADER = re.compile(r"^diff --git (\S+) (\S+)$")
 _PATH_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
@@ -71,7 +73,12 @@ def _walk(patch: str):
 
 
 def hygiene_problems(patch: str) -> list[str]:
-    """Why a patch may not be applied at all: binary content, links, paths outside the repo."""
+    """Why a patch may not be applied at all: its size, binary content, links, paths outside the repo.
+
+    A diff over MAX_DIFF_BYTES is no source change: refused at once, never read further or graded."""
+    size = len(patch.encode("utf-8", errors="surrogateescape"))
+    if size > MAX_DIFF_BYTES:
+        return [f"diff too large: {size:,} bytes, over the {megabytes(MAX_DIFF_BYTES)} limit (not graded)"]
     problems: list[str] = []
     for kind, line in _walk(patch):
         if kind != "header":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import git
 
+from agent.env.candidate import Candidate, LeftOut, staged_reason, untracked_reason
 from agent.task import Task, TaskError
 from agent.util.globs import matches_any
 
@@ -98,15 +99,76 @@ class Workspace:
         return cls(root=dest, base_commit=commit)
 
     # -- reading the candidate ------------------------------------------------------------
-    def _stage_all(self) -> None:
-        self.repo.git.add("--all", "--", ".")
+    def _stage_all(self) -> list[LeftOut]:
+        """Stage the working tree but for the untracked files no candidate holds (too large, named like our
+        outputs): those are returned, and never hashed into git."""
+        skipped: list[LeftOut] = []
+        excludes: list[str] = []
+        for path in self._untracked():
+            size = self._size(path)
+            reason = untracked_reason(path, size)
+            if reason is not None:
+                skipped.append(_left_out(path, size, reason))
+                excludes.append(f":(exclude,literal){path}")
+        self._run_git(["add", "--all"], [".", *excludes])
+        return skipped
 
-    def diff(self, against: str | None = None) -> str:
-        """Everything the candidate changes relative to base (untracked files included)."""
-        self._stage_all()
+    def candidate(self) -> Candidate:
+        """The change to grade and to emit: the working tree's source changes against base (untracked files
+        included), and the files left out of it (binary, new and over the size limit, named like our outputs;
+        `agent.env.candidate`). A left-out file stays in the working tree; it is only never staged."""
+        left_out = self._stage_all()
+        new = set(self._z("diff", "--cached", "--name-only", "-z", "--no-renames", "--diff-filter=A",
+                          self.base_commit))
+        taken_back: list[str] = []
+        for entry in self._z("diff", "--cached", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+                             self.base_commit):
+            added, _, path = entry.split("\t", 2)
+            size = self._size(path)
+            reason = staged_reason(path, binary=added == "-", new=path in new, size=size)
+            if reason is not None:
+                left_out.append(_left_out(path, size, reason))
+                taken_back.append(path)
+        if taken_back:  # the index holds base's version again (none, for a new file); the tree keeps its own
+            self._run_git(["reset", "--quiet", self.base_commit], [f":(literal){p}" for p in taken_back])
         text = self.repo.git.diff("--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
-                                  against or self.base_commit)
-        return text + "\n" if text and not text.endswith("\n") else text
+                                  self.base_commit)
+        text = text + "\n" if text and not text.endswith("\n") else text
+        return Candidate(text, sorted(left_out, key=lambda x: x.path))
+
+    def diff(self) -> str:
+        """The candidate's diff: what is graded and what is emitted (`candidate` also says what was left out)."""
+        return self.candidate().diff
+
+    def _untracked(self) -> list[str]:
+        """Untracked files that no exclude or .gitignore hides (a nested repo's folder is not one)."""
+        return [p for p in self._z("ls-files", "-z", "--others", "--exclude-standard") if not p.endswith("/")]
+
+    def _size(self, path: str) -> int:
+        """A file's size in bytes: the working tree's, else (deleted) base's."""
+        try:
+            return os.lstat(self.root / path).st_size
+        except OSError:
+            try:
+                return int(self.repo.git.cat_file("-s", f"{self.base_commit}:{path}"))
+            except (git.GitCommandError, ValueError):
+                return 0
+
+    def _z(self, *args: str) -> list[str]:
+        """A git command's NUL-separated output, as paths (never quoted)."""
+        out = self._run_git(list(args))
+        return [p for p in out.decode("utf-8", errors="surrogateescape").split("\0") if p]
+
+    def _run_git(self, args: list[str], pathspecs: list[str] | None = None) -> bytes:
+        """Run git in the workspace; `pathspecs` go through stdin (NUL-separated: any name, any number)."""
+        if pathspecs is not None:
+            args = [*args, "--pathspec-from-file=-", "--pathspec-file-nul"]
+        stdin = "\0".join(pathspecs).encode("utf-8", errors="surrogateescape") if pathspecs is not None else None
+        proc = subprocess.run(["git", *args], cwd=self.root, input=stdin, capture_output=True, env=git_env(),
+                              check=False)
+        if proc.returncode != 0:
+            raise git.GitCommandError(["git", *args], proc.returncode, proc.stderr)
+        return proc.stdout
 
     def changed_files(self) -> list[str]:
         self._stage_all()
@@ -268,6 +330,12 @@ def open_repo(path: str | Path) -> git.Repo:
     repo = git.Repo(path)
     repo.git.update_environment(**GIT_ENV)
     return repo
+
+
+def _left_out(path: str, size: int, reason: str) -> LeftOut:
+    """A left-out file as report.json can hold it: a name that is not UTF-8 is shown with replacement marks."""
+    shown = path.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+    return LeftOut(path=shown, size=size, reason=reason)
 
 
 def _protect_git_dir(git_dir: Path) -> None:

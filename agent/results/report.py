@@ -4,7 +4,8 @@ batch, the loader, review, HTML and retry logic all go through.
 Its top level is exactly Claude Code's headless JSON result (`type`, `subtype`, `is_error`,
 `duration_ms`, `duration_api_ms`, `num_turns`, `result`, `session_id`, `total_cost_usd`,
 `usage`, `modelUsage`, `permission_denials`, `uuid`), so tooling that reads agent results
-reads ours; perfagent adds one `evaluation` (agent.checks.evaluation.Evaluation).
+reads ours; perfagent adds one `evaluation` (agent.checks.evaluation.Evaluation), and `left_out` when
+files of the agent's working tree were left out of the change it graded (agent.env.candidate).
 
 Reading is lenient about absent fields (an older or foreign report still loads) and strict
 about types: a value no reader could use makes the whole file corrupt, said in one line.
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent.checks.evaluation import Evaluation
+from agent.env.candidate import LeftOut
 from agent.models.base import Usage
 from agent.util.files import atomic_write
 
@@ -173,6 +175,9 @@ class Report(BaseModel):
     evaluation: Evaluation | None = None
     agent: AgentRun | None = None  # set for an external agent's run
     policy: PolicyRecord | None = None  # set for an offline policy's run (rules)
+    # Files of the working tree left out of the graded and emitted change (binary, new and large, named like
+    # our outputs): each with its size and why. Written only when there is one.
+    left_out: list[LeftOut] = []
 
     @classmethod
     def parse(cls, data: Any) -> "Report":
@@ -196,8 +201,10 @@ class Report(BaseModel):
         return self.model_dump(mode="json", exclude=self._absent())
 
     def _absent(self) -> set[str] | None:
-        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`, no `"policy": null`."""
-        return {k for k in ("agent", "policy") if getattr(self, k) is None} or None
+        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`, no `"policy": null`,
+        no `"left_out": []`."""
+        absent = {k for k in ("agent", "policy") if getattr(self, k) is None}
+        return absent | ({"left_out"} if not self.left_out else set()) or None
 
     @property
     def models(self) -> list[str]:

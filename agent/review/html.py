@@ -28,8 +28,8 @@ from agent.review.analytics import EditTable, Timeline, edit_table, timeline
 from agent.review.charts import charts, ratio_svg, sample_svg, timeline_svg
 from agent.review.load import PatchFile, Results, RunView
 from agent.review.rows import (EMPTY_PATCH, ClaimRow, TokenCost, agent_rows, check_rows, claim_rows, contestant,
-                               fmt_cost, fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_outcome,
-                               run_summary, sort_runs, token_costs, verdict_level)
+                               fmt_cost, fmt_speedup, fmt_usd, patch_cut_note, patch_title, plot_title, printable,
+                               run_outcome, run_summary, sort_runs, token_costs, verdict_level)
 from agent.util.files import atomic_write
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -55,11 +55,13 @@ def summary_sections(summary: BatchSummary, *, is_batch: bool = True) -> list[Se
 
 @dataclass
 class DiffCard:
-    """One diff of a run: highlighted when it has content, a note when it is empty."""
+    """One diff of a run: highlighted when it has content, a note when it is empty; `cut` says when only its
+    start is shown (load.py reads no more of a huge diff)."""
 
     title: str
     rejected: bool
     html: Markup | None
+    cut: str = ""
 
 
 @dataclass
@@ -96,7 +98,8 @@ def diff_html(diff: str) -> Markup:
 
 
 def diff_card(p: PatchFile) -> DiffCard:
-    return DiffCard(title=patch_title(p), rejected=p.rejected, html=diff_html(p.text) if p.text.strip() else None)
+    return DiffCard(title=patch_title(p), rejected=p.rejected, html=diff_html(p.text) if p.text.strip() else None,
+                    cut=patch_cut_note(p))
 
 
 def _perf_note(run: RunView) -> str:

@@ -8,6 +8,7 @@ the views and summary.json cannot disagree. report.json is read through the one 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from agent.results.summary import BatchSummary
 
 __all__ = ["ARTIFACTS", "PatchFile", "Results", "ReviewError", "RunView", "load_results"]
 
+# Of a diff file, at most this much is read and shown: a view never loads a huge diff whole.
+SHOWN_BYTES = 256 * 1024
+SHOWN_LINES = 4000  # highlighting is per line: many short lines cost as much as a few long ones
+
 
 class ReviewError(Exception):
     """A results folder that cannot be reviewed at all (absent, or holding no runs)."""
@@ -27,11 +32,30 @@ class ReviewError(Exception):
 
 @dataclass(frozen=True)
 class PatchFile:
-    """A diff the run left: the emitted patch, or the failing final state that was not emitted."""
+    """A diff the run left: the emitted patch, or the failing final state that was not emitted. Only its first
+    SHOWN_BYTES are read, and of those at most SHOWN_LINES lines kept; `size` is the whole file's."""
 
     path: Path
     text: str
     rejected: bool = False
+    size: int = 0  # bytes, the whole file
+    shown: int = 0  # bytes of it in `text`
+
+    @property
+    def cut(self) -> bool:
+        return self.shown < self.size
+
+    @classmethod
+    def read(cls, path: Path, rejected: bool = False) -> PatchFile:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(SHOWN_BYTES)
+        lines = head.splitlines(keepends=True)
+        if len(lines) > SHOWN_LINES:
+            head = b"".join(lines[:SHOWN_LINES])
+        elif len(head) < size and len(lines) > 1:
+            head = b"".join(lines[:-1])  # no half line
+        return cls(path, head.decode("utf-8", errors="replace"), rejected, size, len(head))
 
 
 @dataclass
@@ -138,7 +162,7 @@ def _read(path: Path) -> tuple[Report | None, str | None]:
 
 def _patch(candidates: list[Path], rejected: bool) -> PatchFile | None:
     path = next((p for p in candidates if p.is_file()), None)
-    return PatchFile(path, path.read_text(encoding="utf-8", errors="replace"), rejected) if path else None
+    return PatchFile.read(path, rejected) if path else None
 
 
 def _patches(out_dir: Path, run_dir: Path, key: str, record: JobRecord | None) -> list[PatchFile]:

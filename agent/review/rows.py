@@ -108,12 +108,25 @@ def check_rows(run: RunView) -> list[Row]:
         return rows
     ev = run.report.evaluation
     if ev is None:
-        return rows + [Row("evaluation", "none in report.json (the run ended before grading)", "warn")]
+        return rows + [Row("evaluation", "none in report.json (the run ended before grading)", "warn"),
+                       *left_out_rows(run.report)]
     denials = run.report.permission_denials
     return [*rows, Row("verdict", run.verdict, verdict_level(run.verdict)), *evaluation_rows(ev),
             Row("protected-path attempts", "; ".join(_denial(d) for d in denials) if denials else "none",
                 "warn" if denials else "ok"),
-            *environment_rows(ev)]
+            *left_out_rows(run.report), *environment_rows(ev)]
+
+
+LEFT_OUT_ROWS = 10  # files named in a view; report.json lists them all
+
+
+def left_out_rows(report: Report) -> list[Row]:
+    """The files of the working tree left out of the graded and emitted change, each with its size and why."""
+    left = report.left_out
+    rows = [Row("left out", printable(x.line()), "warn") for x in left[:LEFT_OUT_ROWS]]
+    if len(left) > LEFT_OUT_ROWS:
+        rows.append(Row("left out", f"... and {len(left) - LEFT_OUT_ROWS} more (report.json lists them all)", "warn"))
+    return rows
 
 
 def _denial(d: PermissionDenial) -> str:
@@ -208,6 +221,13 @@ def agent_rows(run: RunView) -> list[Row]:
 def patch_title(p: PatchFile) -> str:
     """Says which diff it is: a rejected one was graded (failing) but never emitted."""
     return f"{'rejected change (not emitted)' if p.rejected else 'diff'}: {p.path}"
+
+
+def patch_cut_note(p: PatchFile) -> str:
+    """'' for a diff shown whole; else its size, that only its start is shown, and where the whole one is."""
+    if not p.cut:
+        return ""
+    return f"cut: the first {p.shown:,} of {p.size:,} bytes are shown; the whole diff is {p.path}"
 
 
 # -- perf samples ----------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from agent.results.report import Report
 from agent.results.tables import summary_tables
 from agent.review.load import PatchFile, Results, ReviewError, RunView
 from agent.review.rows import (EMPTY_PATCH, SortKey, agent_rows, check_rows, claim_rows, contestant, fmt_cost,
-                               fmt_speedup, fmt_usd, patch_title, plot_title, printable, run_outcome, run_summary,
-                               sample_plot, sort_runs, token_costs, verdict_level)
+                               fmt_speedup, fmt_usd, patch_cut_note, patch_title, plot_title, printable, run_outcome,
+                               run_summary, sample_plot, sort_runs, token_costs, verdict_level)
 
 
 def _verdict_text(verdict: str) -> Text:
@@ -35,7 +35,11 @@ def runs_table(results: Results, runs: list[RunView]) -> Table:
 
 
 def _patch_panel(p: PatchFile) -> Panel:
-    body = Syntax(p.text, "diff", theme="ansi_dark", word_wrap=True) if p.text.strip() else Text(f"({EMPTY_PATCH})")
+    body: RenderableType = (Syntax(p.text, "diff", theme="ansi_dark", word_wrap=True) if p.text.strip()
+                            else Text(f"({EMPTY_PATCH})"))
+    note = patch_cut_note(p)
+    if note:
+        body = Group(Text(note, style="yellow"), body)
     return Panel(body, title=patch_title(p), title_align="left", border_style="red" if p.rejected else "none")
 
 

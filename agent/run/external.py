@@ -26,6 +26,7 @@ from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
 from agent.agents.relay import Meter, Relay, RelayError, Upstream, bridge_command
 from agent.checks import Checker, Evaluation, summarize
+from agent.env.candidate import Candidate, with_left_out
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
 from agent.models.pricing import PriceTable
@@ -92,8 +93,8 @@ def run_external(
     ws: Workspace | None = None
     emission: Emission | None = None
 
-    def grade(diff: str) -> Evaluation:
-        return candidates.grade(diff, full=True)
+    def grade(cand: Candidate) -> Evaluation:
+        return candidates.grade(cand, full=True)
 
     try:
         try:
@@ -122,7 +123,7 @@ def run_external(
         _account(outcome, meter, run, start, agent)
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
-                           permission_denials=[]).model_copy(update={"agent": run})
+                           permission_denials=[], left_out=emission.left_out).model_copy(update={"agent": run})
         emission.write(paths)
         report.write(paths.report)
     finally:
@@ -136,9 +137,10 @@ def run_external(
 
 
 def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, rounds: int, limits: Limits,
-            meter: Meter, run: AgentRun, kept: Path, grade: Callable[[str], Evaluation],
+            meter: Meter, run: AgentRun, kept: Path, grade: Callable[[Candidate], Evaluation],
             on_event: Callable[[str, dict], None], start: float) -> RunExit:
-    """The agent's sessions, each graded; why they ended (success: it stopped by itself)."""
+    """The agent's sessions, each graded (its feedback says which files were left out of the graded change);
+    why they ended (success: it stopped by itself)."""
     prompt, resume_id = agent_prompt(task), None
     why: RunExit = AgentFailed(agent.name, "no session ran")
     for n in range(1, max(1, rounds) + 1):
@@ -153,16 +155,16 @@ def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, roun
         run.rounds.append(round_)
         run.claim = said.claim or run.claim
         why = _session_end(agent, result, said, stderr, meter, limits)
-        diff = sealed.ws.diff()
-        if diff.strip():
-            ev = grade(diff)
+        cand = sealed.ws.candidate()
+        if cand.diff.strip():
+            ev = grade(cand)
             round_.verdict, round_.evidence = ev.verdict, summarize(ev)
         else:
             round_.verdict, round_.evidence = "no-change", "the agent left no change"
         round_.note = "" if why.subtype == "success" else why.result
         if why.subtype != "success" or round_.verdict in ("pass", "no-change"):
             return why
-        prompt, resume_id = agent.feedback(round_.evidence), said.session_id
+        prompt, resume_id = agent.feedback(with_left_out(round_.evidence, cand.left_out)), said.session_id
     return why
 
 

@@ -2,7 +2,9 @@
 
 What the agent ended with is what gets emitted, if it passes its full evaluation: the patch, the
 agent's own account and the verdict tell one story. model_patch.diff only ever holds a change that
-passed the checks; one that did not goes to rejected.diff beside it, for reading. An interrupted
+passed the checks; one that did not goes to rejected.diff beside it, for reading. Either is exactly a
+diff that was graded: the workspace's candidate (`Workspace.candidate`), whose left-out files (logs,
+binaries, our outputs' names) report.json lists and the agent is told of beside each grading. An interrupted
 run (SIGINT, SIGTERM) has no final change: it writes its report and the best candidate that
 passed so far, and grades nothing new.
 """
@@ -21,6 +23,7 @@ from typing import Any
 from agent.checks import Checker, Evaluation, Evidence, grade, summarize
 from agent.checks.patchinfo import changes_anything, diff_summary
 from agent.checks.render import verdict_line
+from agent.env.candidate import Candidate, LeftOut, with_left_out
 from agent.env.sandbox import base_env, isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Model, Usage
@@ -62,39 +65,42 @@ class Candidates:
     checker: Checker
     checks_file: Path
     on_event: Callable[[str, dict], None] = lambda kind, data: None
-    seen: list[tuple[str, Evaluation, bool]] = field(default_factory=list)  # (diff, evaluation, full?)
+    seen: list[tuple[Candidate, Evaluation, bool]] = field(default_factory=list)  # (candidate, evaluation, full?)
     evidence: list[Evidence] = field(default_factory=list)  # what each of `seen` was graded from
     log: list[dict[str, Any]] = field(default_factory=list)
 
-    def grade(self, diff: str, *, full: bool, perf: bool = True) -> Evaluation:
+    def grade(self, cand: Candidate, *, full: bool, perf: bool = True) -> Evaluation:
+        diff = cand.diff
         self.on_event("checks", {"full": full, "n": len(self.seen) + 1, "diff": diff_summary(diff)})
         evidence = self.checker.collect(diff, quick=not full, perf=perf, reference=full)
         ev = grade(evidence, self.checker.task.spec)
-        self.seen.append((diff, ev, full))
+        self.seen.append((cand, ev, full))
         self.evidence.append(evidence)
         self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json"),
-                         "evidence": evidence.model_dump(mode="json")})
+                         "evidence": evidence.model_dump(mode="json"),
+                         **({"left_out": [x.model_dump() for x in cand.left_out]} if cand.left_out else {})})
         write_json(self.checks_file, self.log)
         self.on_event("checked", {"full": full, "n": len(self.seen), "verdict": ev.verdict, "line": verdict_line(ev),
                                   "duration_s": ev.duration_s})
         return ev
 
-    def best_passing(self) -> tuple[str, Evaluation, bool] | None:
-        passing = [c for c in self.seen if c[1].verdict == "pass" and c[0].strip()]
+    def best_passing(self) -> tuple[Candidate, Evaluation, bool] | None:
+        passing = [c for c in self.seen if c[1].verdict == "pass" and c[0].diff.strip()]
         return max(passing, key=lambda c: (c[1].speedup or 0.0, c[2]), default=None)
 
     def full_for(self, diff: str) -> Evaluation | None:
-        return next((ev for d, ev, full in reversed(self.seen) if full and d == diff), None)
+        return next((ev for c, ev, full in reversed(self.seen) if full and c.diff == diff), None)
 
 
 @dataclass
 class Emission:
-    """What a run leaves: the patch it emits, the change it rejected (at most one is non-empty), and
-    the evaluation report.json carries."""
+    """What a run leaves: the patch it emits, the change it rejected (at most one is non-empty), the
+    evaluation report.json carries, and the files left out of that change."""
 
     patch: str
     rejected: str
     evaluation: Evaluation
+    left_out: list[LeftOut] = field(default_factory=list)
 
     def write(self, paths: RunPaths) -> None:
         atomic_write(paths.patch, self.patch)
@@ -145,21 +151,23 @@ def run_task(
     trajectory: Trajectory | None = None
     unsealed: list[str] = []
 
-    def grade(full: bool, perf: bool = True) -> Evaluation:
-        return candidates.grade(ws.diff(), full=full, perf=perf)
+    def grade(full: bool, perf: bool = True) -> tuple[Evaluation, list[LeftOut]]:
+        cand = ws.candidate()
+        return candidates.grade(cand, full=full, perf=perf), cand.left_out
 
     def run_checks_tool(perf: bool) -> ToolResult:
-        ev = grade(full=False, perf=perf)
-        return ToolResult(summarize(ev), data={"evaluation": ev.model_dump(mode="json"),
-                                               "evidence": candidates.evidence[-1].model_dump(mode="json")})
+        ev, left_out = grade(full=False, perf=perf)
+        return ToolResult(with_left_out(summarize(ev), left_out),
+                          data={"evaluation": ev.model_dump(mode="json"),
+                                "evidence": candidates.evidence[-1].model_dump(mode="json")})
 
     def grade_submission() -> tuple[bool, str]:
         try:
-            ev = grade(full=True)
+            ev, left_out = grade(full=True)
         except Exception as e:  # noqa: BLE001 — reported to the model, never fatal
             return False, f"the checks could not run: {type(e).__name__}: {e}"
         # submitting no change is an answer too ("nothing here is worth changing"), not a failed submission
-        return ev.verdict in ("pass", "no-change"), summarize(ev)
+        return ev.verdict in ("pass", "no-change"), with_left_out(summarize(ev), left_out)
 
     try:
         try:
@@ -184,7 +192,8 @@ def run_task(
         outcome.warnings += unsealed
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=session_id, evaluation=emission.evaluation,
-                           permission_denials=tools.denials if tools else [], policy=policy_record(model))
+                           permission_denials=tools.denials if tools else [], policy=policy_record(model),
+                           left_out=emission.left_out)
         emission.write(paths)
         report.write(paths.report)
     finally:
@@ -203,7 +212,8 @@ def policy_record(model: Model) -> PolicyRecord | None:
 
 
 def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dict[str, Any] | None,
-              permission_denials: list[dict[str, Any]], policy: PolicyRecord | None = None) -> Report:
+              permission_denials: list[dict[str, Any]], policy: PolicyRecord | None = None,
+              left_out: list[LeftOut] | None = None) -> Report:
     """report.json's content for what the loop produced (an evaluation as a dict is validated)."""
     return new_report(
         subtype=outcome.subtype, is_error=outcome.is_error, duration_ms=round(outcome.duration_s * 1000),
@@ -212,7 +222,8 @@ def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dic
         usage=TokenUsage.of(sum(outcome.usage_by_model.values(), Usage())),
         modelUsage={m: ModelUsage.of(u, outcome.cost_by_model.get(m)) for m, u in outcome.usage_by_model.items()},
         permission_denials=[PermissionDenial.model_validate(d) for d in permission_denials],
-        evaluation=Evaluation.model_validate(evaluation) if evaluation is not None else None, policy=policy)
+        evaluation=Evaluation.model_validate(evaluation) if evaluation is not None else None, policy=policy,
+        left_out=list(left_out or []))
 
 
 def isolation_warnings() -> list[str]:
@@ -228,30 +239,33 @@ def salvage_emission(candidates: Candidates, signal_name: str) -> Emission:
     if best is None:
         return Emission("", "", Evaluation(verdict="no-change",
                                            note=f"interrupted by {signal_name} before any candidate passed"))
-    diff, ev, full = best
+    cand, ev, full = best
     how = f"{'full' if full else 'quick'} evaluation; interrupted by {signal_name}"
-    return Emission(diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}))
+    return Emission(cand.diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}),
+                    cand.left_out)
 
 
 def final_emission(ws: Workspace, candidates: Candidates, outcome: Outcome) -> Emission:
     """What the agent ended with, when it passes its full evaluation; nothing when it ended with no
     change; otherwise the change goes to rejected.diff. An earlier candidate the agent moved away
     from is never emitted in its place: the patch, the agent's account and the verdict tell one story."""
-    diff = ws.diff()
+    cand = ws.candidate()
+    diff = cand.diff
     if not changes_anything(diff):
-        tried = any(changes_anything(d) for d, _, _ in candidates.seen)
+        tried = any(changes_anything(c.diff) for c, _, _ in candidates.seen)
         return Emission("", "", Evaluation(verdict="no-change", note="the agent took back every change it made"
-                                           if tried else "the agent made no change"))
+                                           if tried else "the agent made no change"), cand.left_out)
     ev = candidates.full_for(diff)
     if ev is None:
         try:
-            ev = candidates.grade(diff, full=True)
+            ev = candidates.grade(cand, full=True)
         except Exception as e:  # noqa: BLE001 — the report says why; nothing unchecked is emitted
             outcome.warnings.append(f"final evaluation failed: {type(e).__name__}: {e}")
             ev = Evaluation(verdict="error", error=f"{type(e).__name__}: {e}")
     if ev.verdict == "pass":
-        return Emission(diff, "", ev.model_copy(update={"emitted": "the agent's final change"}))
+        return Emission(diff, "", ev.model_copy(update={"emitted": "the agent's final change"}), cand.left_out)
     passed_before = candidates.best_passing() is not None
     why = "the agent's final change did not pass" + (" (an earlier state did; the agent moved on from it)"
                                                      if passed_before else "")
-    return Emission("", diff, ev.model_copy(update={"emitted": f"nothing: {why}; the change is in rejected.diff"}))
+    return Emission("", diff, ev.model_copy(update={"emitted": f"nothing: {why}; the change is in rejected.diff"}),
+                    cand.left_out)

@@ -23,6 +23,7 @@ from agent.agents.base import Session
 from agent.agents.mini_swe_agent import MiniSweAgent, trajectory_path
 from agent.agents.relay import PLACEHOLDER_KEY
 from agent.cli import main
+from agent.env.workspace import patch_paths
 from agent.models.base import Usage
 from agent.models.pricing import cost_decimal, load_prices
 from agent.options import Limits
@@ -148,9 +149,35 @@ def test_anthropic_wire_through_the_cli_with_submission_as_claim(task, tmp_path,
     assert "+    buf = torch.empty(n)" in patch_of(tmp_path, "cli")
 
 
+# The seed's scenario: commit (refused: .git is read-only), `git diff HEAD~1 > model_patch.diff` (empty), a log
+# of a few MB and a small binary left in the tree beside the valid edit.
+LITTER = ("git commit -qam 'use empty'; git diff HEAD~1 > model_patch.diff; mkdir -p logs && "
+          "head -c 3000000 /dev/zero | tr '\\000' x > logs/agent.log && printf '\\000\\001\\002' > blob.bin")
+
+
+def test_only_the_source_change_is_emitted_and_what_was_left_out_is_listed(task, tmp_path, fake_server, keys):
+    fake_server.script([turn("f overwrites buf entirely; use torch.empty.", SAFE_SED, U1),
+                        turn("Commit it, keep the patch and a log.", LITTER, U1),
+                        turn(CLAIM, SUBMIT, U2)])
+    report = run_mini(task, fake_server.openai_url, tmp_path)
+
+    assert report.subtype == "success" and report.verdict == "pass", report.result
+    patch = patch_of(tmp_path)
+    assert patch_paths(patch) == ["pkg/mod.py"] and "+    buf = torch.empty(n)" in patch
+    kept = tmp_path / "out" / "results" / "m1" / "tiny"
+    assert (kept / "agent" / "final.diff").read_text() == patch  # the graded, emitted and kept diff: one diff
+    assert [(x.path, x.reason) for x in report.left_out] == [("blob.bin", "binary"),
+                                                             ("logs/agent.log", "new file over 1 MB"),
+                                                             ("model_patch.diff", "named like perfagent's output")]
+    assert report.left_out[1].size == 3_000_000
+    assert [x["path"] for x in json.loads((kept / "report.json").read_text())["left_out"]] == [
+        "blob.bin", "logs/agent.log", "model_patch.diff"]
+
+
 def test_a_feedback_round_fixes_a_failing_change(task, tmp_path, fake_server, keys):
-    """Round 1 empties both buffers (g breaks under poisoned memory); round 2 is a new mini run in the
-    same workspace, told the original task and the checks' findings, and reverts g."""
+    """Round 1 empties both buffers (g breaks under poisoned memory) and leaves a binary beside them; round 2 is a
+    new mini run in the same workspace, told the original task, the checks' findings and what was left out of the
+    graded change, and reverts g."""
     seen: dict[str, str] = {}
 
     def told(req: Recorded) -> Turn:
@@ -159,7 +186,8 @@ def test_a_feedback_round_fixes_a_failing_change(task, tmp_path, fake_server, ke
                     U1)
 
     fake_server.script([
-        turn("Both buffers can be empty.", "sed -i 's/torch.zeros(n)/torch.empty(n)/' pkg/mod.py", U1),
+        turn("Both buffers can be empty.", "sed -i 's/torch.zeros(n)/torch.empty(n)/' pkg/mod.py && "
+             "printf '\\000\\001' > blob.bin", U1),
         turn("Both buffers now use torch.empty.", SUBMIT, U2),
         told,
         turn(CLAIM, SUBMIT, U2),
@@ -175,6 +203,8 @@ def test_a_feedback_round_fixes_a_failing_change(task, tmp_path, fake_server, ke
     # round 2 started afresh: its task is the original one, then our feedback with the checks' evidence
     assert "Use torch.empty where zeros are not needed." in seen["task"]
     assert "did not pass" in seen["task"] and rounds[0].evidence in seen["task"]
+    assert "left out of your change" in seen["task"] and "blob.bin (2 bytes): binary" in seen["task"]
+    assert [x.line() for x in report.left_out] == ["blob.bin (2 bytes): binary"] and "blob.bin" not in patch
     assert report.total_cost_usd == cost("gpt-4o", U1, U2, U1, U2) and report.num_turns == 4
     # its own figure is the sum of both runs' instance costs
     assert report.agent.own_cost_usd == pytest.approx(report.total_cost_usd, rel=1e-9)

@@ -14,6 +14,7 @@ from agent.checks import ALWAYS_PROTECTED, Checker, evaluation_table, summarize
 from agent.checks.correctness import check_env, failing_tests, install_hook
 from agent.checks.coverage import Recorded, classify
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
+from agent.env.candidate import MAX_DIFF_BYTES
 from agent.task import load_task
 from agent.env.workspace import PatchError
 from helpers import SAFE, TESTS, UNSAFE, make_patch, make_task
@@ -98,6 +99,19 @@ def test_binary_and_escaping_patches_are_refused_without_being_applied(tmp_path)
             assert ev.correctness is None
         assert c.sides._baseline is None, "a refused patch does not even need a workspace"
     assert not (tmp_path / "outside.py").exists()
+
+
+def test_a_diff_over_the_size_limit_is_refused_at_once_naming_its_size_and_the_limit(tmp_path):
+    """Seven new 900 kB text files: each under the new-file limit, together over the whole diff's."""
+    task, src = make_task(tmp_path, correctness="true", poison=False)
+    patch = make_patch(src, tmp_path, {f"data/part{i}.txt": "row\n" * 225_000 for i in range(7)})
+    size = len(patch.encode())
+    assert size > MAX_DIFF_BYTES and f"{size:,} bytes" in hygiene_problems(patch)[0]
+    with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
+        ev = c.evaluate(patch)
+        assert c.sides._baseline is None, "never graded: no workspace was even made"
+    assert ev.verdict == "rejected" and ev.correctness is None
+    assert ev.hygiene.problems == [f"diff too large: {size:,} bytes, over the 5 MB limit (not graded)"]
 
 
 def test_a_patch_that_does_not_apply_raises_patch_error(tmp_path):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.env.workspace import PatchError, Workspace, WorkspaceError
+from agent.env.workspace import PatchError, Workspace, WorkspaceError, patch_paths
 from helpers import make_repo
 
 
@@ -139,3 +139,61 @@ def test_the_harness_git_runs_no_program_anyone_planted(tmp_path, small_repo, mo
     ws.restore_paths(["pkg/**"])
     ws.reset(sha)
     assert not marker.exists(), marker.read_text()
+
+
+# -- what a candidate holds: source changes only ------------------------------------------------------
+def junk(root: Path) -> None:
+    """What an agent leaves beside its change: a 2 MB log, a small binary, our outputs' names."""
+    (root / "logs").mkdir()
+    (root / "logs/run.log").write_text("step\n" * 400_000)  # 2,000,000 bytes
+    (root / "cache.bin").write_bytes(b"\x00\x01\x02 not text")
+    (root / "model_patch.diff").write_text("")  # `git diff HEAD~1 > model_patch.diff` after a failed commit
+    (root / "sub").mkdir()
+    (root / "sub/rejected.diff").write_text("diff --git a/x b/x\n")
+
+
+def test_the_candidate_holds_the_source_edit_alone_and_lists_what_it_left_out(tmp_path, small_repo):
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    (ws.root / "pkg/mod.py").write_text((ws.root / "pkg/mod.py").read_text().replace("zeros", "empty"))
+    junk(ws.root)
+
+    cand = ws.candidate()
+    assert [(x.path, x.size, x.reason) for x in cand.left_out] == [
+        ("cache.bin", 12, "binary"),
+        ("logs/run.log", 2_000_000, "new file over 1 MB"),
+        ("model_patch.diff", 0, "named like perfagent's output"),
+        ("sub/rejected.diff", 19, "named like perfagent's output"),
+    ]
+    assert patch_paths(cand.diff) == ["pkg/mod.py"] and "+    return torch.empty(4)" in cand.diff
+    assert ws.diff() == cand.diff  # the graded diff, byte for byte what is emitted
+    assert (ws.root / "logs/run.log").stat().st_size == 2_000_000 and (ws.root / "cache.bin").exists()  # still there
+    # the diff reproduces the source edit on a fresh checkout, and nothing else
+    other = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws2")
+    other.apply_patch(cand.diff)
+    assert other.changed_files() == ["pkg/mod.py"] and other.diff() == cand.diff
+
+
+def test_a_binary_change_to_a_tracked_file_and_a_new_file_that_grew_are_left_out(tmp_path, small_repo):
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    (ws.root / "README.md").write_bytes(b"hello\x00\xff\n")  # tracked, now binary
+    (ws.root / "pkg/new.py").write_text("y = 2\n")
+    (ws.root / "notes.txt").write_text("small\n")
+    assert patch_paths(ws.diff()) == ["notes.txt", "pkg/new.py"]  # notes.txt staged while small...
+    (ws.root / "notes.txt").write_text("x" * 1_500_000)  # ...then grew past the limit
+    cand = ws.candidate()
+    assert [(x.path, x.reason) for x in cand.left_out] == [("README.md", "binary"), ("notes.txt", "new file over 1 MB")]
+    assert patch_paths(cand.diff) == ["pkg/new.py"] and "GIT binary patch" not in cand.diff
+    assert (ws.root / "README.md").read_bytes() == b"hello\x00\xff\n"  # the working tree keeps it
+    (ws.root / "README.md").write_text("hello again\n")  # text again: part of the candidate again
+    assert patch_paths(ws.diff()) == ["README.md", "pkg/new.py"]
+
+
+def test_only_our_outputs_names_are_left_out_not_files_like_them(tmp_path, small_repo):
+    ws = Workspace.create(small_repo.working_tree_dir, dest=tmp_path / "ws")
+    for name in ("model_patch.diff.py", "my_rejected.diff", "a b*[x].txt"):
+        (ws.root / name).write_text("ok\n")
+    (ws.root / "deep/er").mkdir(parents=True)
+    (ws.root / "deep/er/model_patch.diff").write_text("x\n")
+    cand = ws.candidate()
+    assert [x.path for x in cand.left_out] == ["deep/er/model_patch.diff"]
+    assert patch_paths(cand.diff) == ["a b*[x].txt", "model_patch.diff.py", "my_rejected.diff"]

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.env.candidate import LeftOut
 from agent.results.load import summarize_run
 from agent.results.summary import BatchSummary
 from agent.results.tables import write_summary
 from agent.review.html import render_html, summary_sections, write_html
-from agent.review.load import load_results
+from agent.review.load import SHOWN_BYTES, load_results
 from helpers import DIFF, SONNET, Job, make_batch, write_job
 
 AGENT = "claude-code:claude-sonnet-4-5"
@@ -122,6 +123,33 @@ def test_self_contained_no_script_highlighted_and_escaped(tmp_path):
     assert page.scripts == 0 and "<script>alert" not in html and "&lt;script&gt;" in html
     charts = html.split('id="charts"', 1)[1].split('id="runs"', 1)[0]  # the run's own charts are in its card
     assert charts.count("<svg") == 3 and 'class="gd"' in html and 'class="gi"' in html  # charts; - and + lines
+
+
+def test_a_huge_diff_is_shown_cut_with_its_size_and_the_left_out_files_listed(tmp_path):
+    """A 3 MB model_patch.diff (what a run emitted before logs were left out): the page holds a bounded start of
+    it, says its size and that it was cut; the files report.json says were left out are listed."""
+    job = Job("t", SONNET, 0)
+    report = write_job(tmp_path, "r", job)
+    patch = tmp_path / "patches" / "r" / job.key / "model_patch.diff"
+    lines = "".join(f"+log line {i:07d} of an agent's run, written into the tree\n" for i in range(60_000))
+    header = "diff --git a/run.log b/run.log\n--- /dev/null\n+++ b/run.log\n@@ -0,0 +1,60000 @@\n"
+    patch.write_text(DIFF + header + lines)
+    size = patch.stat().st_size
+    assert size > 3_000_000
+    left = [LeftOut(path="logs/run.log", size=2_000_000, reason="new file over 1 MB"),
+            LeftOut(path="model_patch.diff", size=0, reason="named like perfagent's output")]
+    report.model_copy(update={"left_out": left}).write(tmp_path / "results" / "r" / job.key / "report.json")
+
+    run = load_results(tmp_path / "results" / "r").runs[0]
+    shown = run.patches[0]
+    assert shown.size == size and shown.cut and len(shown.text) <= SHOWN_BYTES and shown.text.endswith("\n")
+    html = render_html(load_results(tmp_path / "results" / "r"))
+    assert len(html.encode()) < 1_000_000  # not the 3 MB diff, highlighted
+    assert f"cut: the first {shown.shown:,} of {size:,} bytes are shown; the whole diff is {patch}" in html
+    assert "log line 0000001" in html and "log line 0059999" not in html
+    rows = [r for r in Page(html).tables["run-1-checks"] if r[0] == "left out"]
+    assert rows == [["left out", "logs/run.log (2,000,000 bytes): new file over 1 MB"],
+                    ["left out", "model_patch.diff (0 bytes): named like perfagent's output"]]
 
 
 def test_a_rejected_change_is_labelled_not_emitted(batch):

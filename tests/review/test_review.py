@@ -20,6 +20,7 @@ from rich.console import Console
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import summarize
 from agent.cli import main
+from agent.env.candidate import LeftOut
 from agent.results.layout import model_slug
 from agent.results.ledger import Ledger
 from agent.results.load import summarize_run
@@ -28,10 +29,10 @@ from agent.results.record import JobRecord
 from agent.results.report import AgentRound, AgentRun, ModelUsage, Report
 from agent.results.tables import write_summary
 from agent.review.compare import compare_results, render_compare
-from agent.review.load import Results, load_results
+from agent.review.load import SHOWN_BYTES, SHOWN_LINES, Results, load_results
 from agent.review.rows import claim_rows, claim_vs_evidence, evidence_reasons, sample_plot, sort_runs, token_costs
 from agent.review.terminal import render_review
-from helpers import SONNET, Job, default_jobs, evaluation, make_batch, write_job
+from helpers import DIFF, SONNET, Job, default_jobs, evaluation, make_batch, write_job
 
 AGENT = "claude-code:claude-sonnet-4-5"
 
@@ -166,6 +167,25 @@ def test_a_rejected_change_is_shown_as_not_emitted(tmp_path):
     assert "empty diff" in emitted and "torch.empty(max_bs" not in emitted  # nothing emitted...
     assert rejected.startswith(str(tmp_path / "patches")) and "rejected.diff" in rejected  # ...the failing state is
     assert "torch.empty(max_bs" in rejected and "FAIL" in text  # labelled, shown, and its checks say why
+
+
+def test_a_huge_diff_is_read_only_in_part_and_the_left_out_files_are_listed(tmp_path):
+    job = Job("t", SONNET, 0)
+    report = write_job(tmp_path, "r", job, key="t")
+    patch = tmp_path / "patches" / "r" / "t" / "model_patch.diff"
+    patch.write_text(DIFF + "+x\n" * 1_500_000)  # 3 MB of short lines: a bounded number of them is shown
+    size = patch.stat().st_size
+    left = [LeftOut(path=f"out/{i}.bin", size=100 + i, reason="binary") for i in range(12)]
+    report.model_copy(update={"left_out": left}).write(tmp_path / "results" / "r" / "t" / "report.json")
+
+    res = load_results(tmp_path / "results" / "r")
+    shown = res.runs[0].patches[0]
+    assert shown.size == size > 3_000_000 and shown.shown <= SHOWN_BYTES and len(shown.text) == shown.shown
+    assert shown.cut and shown.text.count("\n") == SHOWN_LINES and shown.text.endswith("+x\n")
+    text = text_of(res)
+    assert f"cut: the first {shown.shown:,} of {size:,} bytes are shown; the whole diff is {patch}" in text
+    assert "out/0.bin (100 bytes): binary" in text and "out/9.bin (109 bytes): binary" in text
+    assert "out/10.bin" not in text and "... and 2 more (report.json lists them all)" in text
 
 
 def test_failed_and_pending_jobs(tmp_path):

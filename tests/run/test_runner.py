@@ -13,6 +13,7 @@ import pytest
 from fakeserver import auth_error, reply, tool_call
 from helpers import SAFE, UNSAFE, RecordedChecker, make_task, make_tiny_task, tiny_evidence
 
+from agent.env.workspace import patch_paths
 from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
 from agent.options import Limits
@@ -201,6 +202,37 @@ def test_an_agent_that_takes_back_its_passing_change_emits_nothing(tmp_path):
     assert result.paths.patch.read_text() == "" and not result.paths.rejected.exists()
     ev = result.report.evaluation
     assert ev is not None and ev.verdict == "no-change" and ev.note == "the agent took back every change it made"
+
+
+JUNK = ("mkdir -p logs sub && head -c 2000000 /dev/zero | tr '\\000' x > logs/run.log && "
+        "printf '\\000\\001\\002' > cache.bin && : > model_patch.diff && echo x > sub/rejected.diff")
+JUNK_LEFT_OUT = [("cache.bin", 3, "binary"), ("logs/run.log", 2_000_000, "new file over 1 MB"),
+                 ("model_patch.diff", 0, "named like perfagent's output"),
+                 ("sub/rejected.diff", 2, "named like perfagent's output")]
+
+
+def test_what_the_loop_leaves_beside_its_change_is_left_out_listed_and_told(tmp_path):
+    """A 2 MB log, a binary and files named like our outputs beside a valid edit: the graded diff is the emitted
+    diff, the source edit alone; report.json lists each file left out, and the agent's tools said so."""
+    task, _ = make_task(tmp_path)
+    checker = RecordedChecker(task, tiny_evidence)
+    turns = [[edit(SAFE)], [("run", {"command": JUNK})], [("run_checks", {"perf": False})],
+             [("submit", {"summary": "buf is written before it is read"})]]
+    result = run_task(task, Scripted(*turns), out_dir=tmp_path / "out", run_id="r", prices=load_prices(),
+                      limits=Limits.of(task, max_turns=6), lock_dir=tmp_path / "locks", checker=checker)
+    report, patch = result.report, result.paths.patch.read_text()
+    assert report.verdict == "pass" and report.subtype == "success", report.result
+    assert patch_paths(patch) == ["pkg/buffers.py"] and "+    buf = torch.empty(src.shape" in patch
+    assert checker.patches == [patch, patch]  # run_checks, then the submission: each graded exactly what is emitted
+    assert [(x.path, x.size, x.reason) for x in report.left_out] == JUNK_LEFT_OUT
+    on_disk = json.loads(result.paths.report.read_text())
+    assert [x["path"] for x in on_disk["left_out"]] == [p for p, _, _ in JUNK_LEFT_OUT]
+    tools = [json.loads(x) for x in result.paths.trajectory.read_text().splitlines()]
+    told = {t["name"]: t["content"] for t in tools if t["type"] == "tool_result"}
+    for name in ("run_checks", "submit"):
+        assert "left out of your change" in told[name]
+        assert "logs/run.log (2,000,000 bytes): new file over 1 MB" in told[name]
+        assert "cache.bin (3 bytes): binary" in told[name]
 
 
 @pytest.mark.slow
