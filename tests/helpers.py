@@ -226,6 +226,9 @@ class RecordedChecker:
         self.patches.append(patch)
         return self.evidence(patch).model_copy(update={"task_id": self.task.id, "quick": quick})
 
+    def check_base(self) -> None:
+        """The task's base passes: what a test of the layers above chooses."""
+
     def bin_dir(self) -> None:
         return None
 

@@ -67,6 +67,10 @@ SECRET_HEADERS = {"authorization", "x-api-key", "api-key"}
 CLOSED = {"budget": "the run's budget is spent", "time": "the run's time is up", "closing": "the run is over"}
 MAX_BODY = 64 << 20
 MAX_PARSED = 32 << 20  # a response longer than this is forwarded whole but not read for usage
+# The event that ends a stream, per wire format: a client may stop reading at it, so it is sent on only
+# once the answer is metered (chat completions, Messages, Responses).
+LAST_EVENTS = (b"data: [DONE]", b"event: message_stop", b"event: response.completed", b"event: response.incomplete",
+               b"event: response.failed")
 
 
 class RelayError(RuntimeError):
@@ -468,8 +472,8 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
         def _relay_response(self, resp: httpx.Response, kept: bytearray, hold_last: bool) -> tuple[str, bytes]:
             """Send the upstream answer on as it arrives (chunked, unterminated), keeping what is read for metering;
             read it to its end even when the agent has hung up, since it is billed. Why it broke off ('' if not),
-            and with `hold_last` the last chunk, unsent: each chunk goes on when the next arrives, since a client
-            may stop reading at a stream's last event (the openai SDK at `[DONE]`) without awaiting its end."""
+            and with `hold_last` what came from the stream's last event on, unsent: a client may stop reading
+            there (the openai SDK at `[DONE]`) without awaiting the stream's end."""
             self.send_response(resp.status_code)
             for k, v in resp.headers.multi_items():
                 if k.lower() not in NOT_FORWARDED["response"]:
@@ -481,9 +485,10 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                 for chunk in resp.iter_bytes():
                     if len(kept) < MAX_PARSED:
                         kept += chunk
-                    if chunk and hold_last:
-                        chunk, held = held, chunk
-                    self._send_chunk(chunk)  # once the agent has hung up, the rest is still read and metered
+                    if held or (hold_last and any(event in chunk for event in LAST_EVENTS)):
+                        held += chunk  # the stream's last event, and anything after it, wait for the metering
+                    else:
+                        self._send_chunk(chunk)  # once the agent has hung up, the rest is still read and metered
             except httpx.HTTPError as e:
                 return f"{type(e).__name__}: {e}", held
             return "", held

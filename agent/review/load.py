@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.checks.evaluation import Evaluation, PerfResult
-from agent.results.layout import ARTIFACTS, EMITTED, LEDGER, REJECTED, REPORT, job_folders, locate, out_dir_of
+from agent.results.layout import (ARTIFACTS, EMITTED, LEDGER, REJECTED, REPORT, job_folders, job_running, locate,
+                                  out_dir_of)
 from agent.results.load import job_identity, load_run, trajectory_model
 from agent.results.record import JobRecord
 from agent.results.report import AgentRun, Report, ReportError, read_report
@@ -71,12 +72,15 @@ class RunView:
     report: Report | None
     problem: str | None = None  # ReportError's line: "report.json missing" / "report.json corrupt: ..."
     pending: bool = False  # planned in batch.json, not started: nothing to show yet
+    running: bool = False  # no report yet, and a live process is writing the job's folder
     patches: list[PatchFile] = field(default_factory=list)  # the emitted patch first, then a rejected one
 
     @property
     def verdict(self) -> str:
         if self.pending:
             return "pending"
+        if self.running:
+            return "running"
         if self.problem:
             return "missing report" if "missing" in self.problem else "corrupt report"
         if self.record is not None and self.record.status != "done":
@@ -180,11 +184,12 @@ def _run_view(run_dir: Path, key: str, record: JobRecord | None, slugs: dict[str
     report_path = out_dir / record.report if record and record.report else run_dir / key / REPORT
     report, problem = _read(report_path)
     pending = record is None and not (run_dir / key).is_dir()
-    if problem == "report.json missing" and (pending or (record is not None and record.status != "done")):
-        problem = None  # a pending, skipped or failed job has no report; the ledger says why
+    running = report is None and job_running(run_dir / key)
+    if problem == "report.json missing" and (pending or running or (record is not None and record.status != "done")):
+        problem = None  # a pending, running, skipped or failed job has no report; the ledger says why
     task, model, sample = (record.task, record.model, record.sample) if record else job_identity(key, report)
     if model == "unknown":
         model = trajectory_model(run_dir / key) or model
     model = slugs.get(model, model) if record is None else model  # the batch's name for a model slug
     return RunView(key=key, task=task, model=model, sample=sample, dir=run_dir / key, record=record, report=report,
-                   problem=problem, pending=pending, patches=_patches(out_dir, run_dir, key, record))
+                   problem=problem, pending=pending, running=running, patches=_patches(out_dir, run_dir, key, record))

@@ -29,21 +29,21 @@ if TYPE_CHECKING:
 SortKey = Literal["job", "speedup", "cost", "verdict"]
 VERDICT_ORDER = ["pass", "unverified", "fail", "rejected", "suspicious", "error", "error_max_turns", "error_max_budget",
                  "error_during_execution", "no change", "no-change", "failed", "skipped", "corrupt report",
-                 "missing report", "pending"]
+                 "missing report", "running", "pending"]
 EMPTY_PATCH = "empty diff: no change was emitted"
 
 
 # -- verdicts, sorting, numbers ------------------------------------------------------------------------
 def verdict_level(verdict: str) -> Level:
     """A run's verdict adds words an evaluation never has: not run yet, skipped, no verdict, no change."""
-    return "info" if verdict in ("skipped", "pending", "-", "no change") else evaluation_level(verdict)
+    return "info" if verdict in ("skipped", "pending", "running", "-", "no change") else evaluation_level(verdict)
 
 
 def run_outcome(run: RunView) -> str:
     """What the run came to, as the batch's tables count it (`JobRecord.outcome`): an error
     subtype wins over the verdict (a run that hit max turns is never shown "pass"), an empty submission
     is "no change"; a pending job, or one whose report is missing or corrupt, says so."""
-    if run.pending or run.problem or run.record is None:
+    if run.pending or run.running or run.problem or run.record is None:
         return run.verdict
     return run.record.outcome
 
@@ -88,6 +88,8 @@ def check_rows(run: RunView) -> list[Row]:
     """The check details of one run: the evaluation's rows framed by what only the run knows."""
     if run.pending:
         return [Row("status", "pending: planned in batch.json, not run yet")]
+    if run.running:
+        return [Row("status", "running: a live process is writing this job; its report comes when it ends")]
     rows: list[Row] = []
     if run.record is not None and run.record.status != "done":
         rows.append(Row("batch", f"{run.record.status}: {run.record.reason or 'no reason recorded'}",

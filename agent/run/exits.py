@@ -66,6 +66,11 @@ class TimedOut(RunEnded):
         super().__init__(f"timed out after {timeout_s:g}s{why}")
 
 
+class TaskUncheckable(RunEnded):
+    """The task's own tests or bench fail on its unchanged base: no agent starts, since every change would
+    fail and be blamed (the line says what failed and how to fix the task)."""
+
+
 class ModelFailed(RunEnded):
     """The provider failed for good (after its retries); the batch retries runs whose result says so."""
 

@@ -25,14 +25,15 @@ from pathlib import Path
 from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
 from agent.agents.relay import Meter, Relay, RelayError, Upstream, bridge_command
-from agent.checks import Checker, Evaluation, summarize
+from agent.checks import Checker, Evaluation, TaskBroken, summarize
 from agent.env.candidate import Candidate, with_left_out
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
+from agent.models.base import Usage
 from agent.models.pricing import PriceTable
 from agent.options import Limits
 from agent.results.report import AgentRound, AgentRun
-from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut, as_interrupted
+from agent.run.exits import AgentFailed, OverBudget, RunExit, TaskUncheckable, TimedOut, as_interrupted
 from agent.run.loop import Outcome, Trajectory
 from agent.run.prompts import agent_prompt
 from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,
@@ -96,20 +97,31 @@ def run_external(
     def grade(cand: Candidate) -> Evaluation:
         return candidates.grade(cand, full=True)
 
+    def relayed(record: dict) -> None:
+        """Each exchange into the trajectory; each metered answer on to the live display, as a turn."""
+        trajectory.add("relay", **record)
+        if record.get("event") == "response" and "usage" in record:
+            on_event("turn", {"turn": meter.requests, "activity": f"{agent.name} at work"})
+            on_event("usage", {"usage": sum(meter.usage_by_model.values(), Usage()),
+                               "cost_usd": meter.total_cost_usd})
+
     try:
         try:
             binary = agent.locate()
             run.version = agent.version(binary)
+            checker.check_base()  # a task that cannot pass on its own base gets no agent (and spends nothing)
             upstream = Upstream.of(agent.provider, base_url)
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
                             checker.bin_dir(), task.read)
-            with Relay(upstream, meter, sealed.socket, log=lambda r: trajectory.add("relay", **r)):
+            with Relay(upstream, meter, sealed.socket, log=relayed):
                 why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
             outcome.end(why)
             emission = final_emission(ws, candidates, outcome)
         except (AgentError, RelayError) as e:
             outcome.end(AgentFailed(agent.name, str(e)))
+        except TaskBroken as e:
+            outcome.end(TaskUncheckable(str(e)))
         except KeyboardInterrupt as e:
             outcome.end(as_interrupted(e))
             trajectory.add("interrupted", signal=outcome.interrupted)
@@ -120,7 +132,7 @@ def run_external(
         if ws is not None:
             atomic_write(kept / "final.diff", ws.diff())
             run.files["final_diff"] = "agent/final.diff"
-        _account(outcome, meter, run, start, agent)
+        _account(outcome, meter, run, start, cumulative_cost=agent.cumulative_cost)
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
         report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
                            permission_denials=[], left_out=emission.left_out).model_copy(update={"agent": run})
@@ -222,7 +234,7 @@ def _keep(kept: Path, session: Session, result: CommandResult, said: AgentResult
     return stderr
 
 
-def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, agent: ExternalAgent) -> None:
+def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, *, cumulative_cost: bool = False) -> None:
     """Tokens, cost and turns from the relay; the agent's own figure beside them, a difference flagged."""
     outcome.usage_by_model = dict(meter.usage_by_model)
     outcome.cost_by_model = dict(meter.cost_by_model)
@@ -238,7 +250,7 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, agent:
     if run.refused:
         outcome.warnings.append(f"{run.name} tried to reach what the relay does not forward (refused): "
                                 + ", ".join(run.refused[:5]))
-    run.own_cost_usd = own_cost(run.rounds, cumulative=agent.cumulative_cost)
+    run.own_cost_usd = own_cost(run.rounds, cumulative=cumulative_cost)
     run.cost_note = cost_note(run.name, run.own_cost_usd, outcome.total_cost_usd)
     if run.cost_note:
         outcome.warnings.append(run.cost_note)

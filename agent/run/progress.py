@@ -42,7 +42,7 @@ class RunProgress:
 
     def __call__(self, kind: str, data: dict) -> None:
         if kind == "turn":
-            self.turn, self.activity, self.step = data["turn"], "waiting for the model", ""
+            self.turn, self.activity, self.step = data["turn"], data.get("activity", "waiting for the model"), ""
         elif kind == "tool":
             self.activity, self.step = f"tool {data['name']}", ""
         elif kind == "checks":

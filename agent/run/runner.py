@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.checks import Checker, Evaluation, Evidence, grade, summarize
+from agent.checks import Checker, Evaluation, Evidence, TaskBroken, grade, summarize
 from agent.checks.patchinfo import changes_anything, diff_summary
 from agent.checks.render import verdict_line
 from agent.env.candidate import Candidate, LeftOut, with_left_out
@@ -30,7 +30,7 @@ from agent.models.base import Model, Usage
 from agent.models.pricing import PriceTable
 from agent.options import Limits
 from agent.results.report import ModelUsage, PermissionDenial, PolicyRecord, Report, TokenUsage, new_report
-from agent.run.exits import as_interrupted
+from agent.run.exits import TaskUncheckable, as_interrupted
 from agent.run.loop import Outcome, Trajectory, run_loop
 from agent.run.model_spec import make_model
 from agent.run.names import check_job, check_run_id
@@ -172,6 +172,7 @@ def run_task(
     try:
         try:
             unsealed = isolation_warnings()
+            checker.check_base()  # a task that cannot pass on its own base gets no agent (and spends nothing)
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
                             command_timeout_s=min(600.0, limits.timeout_s),
@@ -182,6 +183,10 @@ def run_task(
             if outcome.interrupted is None:
                 emission = final_emission(ws, candidates, outcome)
                 outcome.duration_s = time.monotonic() - start  # the final evaluation is part of the run
+        except TaskBroken as e:
+            outcome.end(TaskUncheckable(str(e)))
+            outcome.duration_s = time.monotonic() - start
+            emission = Emission("", "", Evaluation(verdict="error", error=str(e)))
         except KeyboardInterrupt as e:  # before the loop, or during the final evaluation
             outcome.end(as_interrupted(e))
             outcome.duration_s = time.monotonic() - start

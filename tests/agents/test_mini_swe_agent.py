@@ -77,10 +77,13 @@ def keys(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
 
 
-def run_mini(task: Task, base_url: str, tmp_path: Path, *, model: str = OPENAI_MODEL, rounds: int = 1) -> Report:
+def run_mini(task: Task, base_url: str, tmp_path: Path, *, model: str = OPENAI_MODEL, rounds: int = 1,
+             events: list | None = None) -> Report:
     result = run_external(task, make_agent("mini-swe-agent", model), out_dir=tmp_path / "out", run_id="m1",
                           prices=load_prices(), limits=Limits(max_turns=40, max_cost_usd=5.0, timeout_s=300.0),
-                          rounds=rounds, base_url=base_url)
+                          rounds=rounds, base_url=base_url,
+                          on_event=(lambda kind, data: events.append((kind, data))) if events is not None
+                          else (lambda kind, data: None))
     return result.report
 
 
@@ -91,10 +94,15 @@ def patch_of(tmp_path: Path, run_id: str = "m1") -> str:
 def test_openai_session_edits_claims_and_is_metered(task, tmp_path, fake_server, keys):
     fake_server.script([turn("f overwrites buf entirely; use torch.empty.", SAFE_SED, U1),
                         turn(CLAIM, SUBMIT, U2)])
-    report = run_mini(task, fake_server.openai_url, tmp_path)
+    events: list = []
+    report = run_mini(task, fake_server.openai_url, tmp_path, events=events)
 
     assert report.subtype == "success" and report.verdict == "pass", report.result
     assert "+    buf = torch.empty(n)" in patch_of(tmp_path) and patch_of(tmp_path).count("torch.empty") == 1
+    # the live display counts the agent's metered turns and spend as they happen, not "turn 0, no tokens"
+    assert [d["turn"] for k, d in events if k == "turn"] == [1, 2]
+    spent = [d for k, d in events if k == "usage"]
+    assert spent[-1]["cost_usd"] == pytest.approx(report.total_cost_usd) and spent[-1]["usage"].output_tokens > 0
     run = report.agent
     assert run is not None and run.name == "mini-swe-agent" and run.model == OPENAI_MODEL and run.version
     # its claim: the prose of the reply that submitted, without its THOUGHT label (the submission was empty)

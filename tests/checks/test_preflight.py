@@ -74,3 +74,19 @@ def test_tests_that_fail_on_the_base_fail_no_change_and_a_passing_base_is_rememb
     with Checker(good, tmp_path / "work3", lock_dir=tmp_path / "locks") as c:
         again = c.sides.check_base()
     assert again == runs  # read back, not run again
+
+
+@pytest.mark.skipif(isolation().mode != "bwrap", reason="needs bubblewrap (a sandbox with a /tmp of its own)")
+def test_a_run_on_a_broken_task_ends_before_the_agent_starts(tmp_path, capsys):
+    """`rules` used to spend its turns bisecting edits that all "failed" with exit 127."""
+    python = tmp_python(tmp_path)
+    make_task(tmp_path, correctness=f'{python} -c \\"import pkg.work\\"', poison=False)
+    code = main(["run", str(tmp_path / "task.toml"), "--model", "rules", "--out", str(tmp_path / "out"),
+                 "--run-id", "r1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["subtype"] == "error_during_execution" and report["num_turns"] == 0, report
+    assert report["result"].startswith("the task cannot be checked: its tests fail on the unchanged base")
+    assert "exit 127" in report["result"] and str(python) in report["result"]
+    assert report["evaluation"]["verdict"] == "error"
+    assert (tmp_path / "out" / "patches" / "r1" / "fixture" / "model_patch.diff").read_text() == ""
+    assert not (tmp_path / "out" / "results" / "r1" / "fixture" / "trajectory.jsonl").exists()  # no turn taken

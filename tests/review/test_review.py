@@ -90,6 +90,20 @@ def test_corrupt_and_missing_reports_are_shown_as_such(tmp_path):
     assert "metadata-alloc/rules/s1: report.json missing" in text
 
 
+def test_a_job_a_live_process_is_writing_is_running_not_missing(tmp_path):
+    """Review of a batch still going: its running jobs say so, and stop saying so once their process is gone."""
+    from agent.results.layout import claim_job
+
+    run_dir = make_batch(tmp_path)
+    key = "metadata-alloc/rules/s1"
+    with claim_job(run_dir / key):  # as the job's process holds it (another open file: flock tells them apart)
+        run = next(r for r in load_results(run_dir).runs if r.key == key)
+        assert run.verdict == "running" and run.problem is None, run.problem
+        assert "running" in text_of(load_results(run_dir)) and "missing report" not in text_of(load_results(run_dir))
+    run = next(r for r in load_results(run_dir).runs if r.key == key)
+    assert run.verdict == "missing report"
+
+
 @pytest.mark.parametrize("ledger", [True, False])
 @pytest.mark.parametrize("text", ["[1, 2]", '{"type": "result", "evaluation": "oops"}',
                                   '{"type": "result", "evaluation": {"perf": [1]}}',
