@@ -51,6 +51,20 @@ def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD, min_speedu
     return r.speedup >= min_speedup and r.speedup >= threshold * r.reference_speedup
 
 
+def within_noise(r: JobRecord, threshold: float = OPT_THRESHOLD) -> bool:
+    """Whether a correct sample's Opt decision could go either way: its speedup's interval and `threshold`
+    x the reference's, from the same rounds, overlap (unknown intervals: not said to)."""
+    if not r.correct or r.speedup_interval is None or r.reference_interval is None:
+        return False
+    (low, high), (ref_low, ref_high) = r.speedup_interval, r.reference_interval
+    return low <= threshold * ref_high and threshold * ref_low <= high
+
+
+def opt_undecided(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD) -> int:
+    """Tasks with a reference where some correct sample's Opt decision is within noise (`within_noise`)."""
+    return sum(any(r.has_reference and within_noise(r, threshold) for r in records) for records in by_task.values())
+
+
 def opt_at_k(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD,
              min_speedup: float = OPT_MIN_SPEEDUP) -> tuple[int, int]:
     """(tasks solved, tasks counted): a task with a reference counts once, solved if any sample reaches it."""

@@ -42,7 +42,9 @@ class JobRecord(BaseModel):
     perf_verdict: str | None = None  # faster | slower | no significant change | inconclusive | not confirmed
     # (| suspicious, in reports from before the outside clock)
     speedup: float | None = None  # >1 is better, whichever way the metric points
+    speedup_interval: tuple[float, float] | None = None  # its 95% interval, in speedup terms
     reference_speedup: float | None = None
+    reference_interval: tuple[float, float] | None = None
     fraction_of_reference: float | None = None
     cost_usd: float | None = None
     tokens: Usage = Field(default_factory=Usage)
@@ -116,10 +118,20 @@ def figures_from_report(report: Report) -> dict[str, Any]:
         "verdict": report.verdict,
         "perf_verdict": perf.verdict if perf is not None else None,
         "speedup": ev.speedup if ev is not None else None,
+        "speedup_interval": _interval(perf.ci_low, perf.ci_high, perf.direction) if perf is not None else None,
         "reference_speedup": ref.speedup if ref is not None else None,
+        "reference_interval": (_interval(ref.ci_low, ref.ci_high, perf.direction)
+                               if ref is not None and perf is not None else None),
         "fraction_of_reference": ref.fraction_of_reference if ref is not None else None,
         "cost_usd": report.total_cost_usd,
         "tokens": report.usage.to_usage(),
         "num_turns": report.num_turns,
         "model_s": report.duration_api_ms / 1000,
     }
+
+
+def _interval(low: float | None, high: float | None, direction: str) -> tuple[float, float] | None:
+    """A ratio's interval (candidate / baseline) as a speedup's (>1 is better), low end first."""
+    if low is None or high is None or low <= 0 or high <= 0:
+        return None
+    return (1 / high, 1 / low) if direction == "lower" else (low, high)

@@ -28,8 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models.base import Usage
-from agent.results.metrics import (OPT_MIN_SPEEDUP, OPT_THRESHOLD, geometric_mean, opt_at_k, rate, reaches_reference,
-                                   wall_span)
+from agent.results.metrics import (OPT_MIN_SPEEDUP, OPT_THRESHOLD, geometric_mean, opt_at_k, opt_undecided, rate,
+                                   reaches_reference, wall_span)
 from agent.results.record import JobRecord
 
 SCHEMA = "perfagent.batch-summary/3"  # 2: tokens are Usage's fields; 3: wall_s is real time, job_s the sum
@@ -56,6 +56,7 @@ class ModelSummary(BaseModel):
     opt_solved: int
     opt_tasks: int  # tasks with a reference patch
     opt_at_k: float | None
+    opt_within_noise: int = 0  # of those tasks, where a correct sample's and the reference's intervals overlap
     fraction_of_reference: float | None  # over `fraction_jobs` significant results only
     fraction_jobs: int = 0
     cost_usd: float  # known costs only
@@ -158,6 +159,7 @@ def _model_summary(model: str, rs: list[JobRecord], k: int, pending: int) -> Mod
         faster=sum(r.faster for r in ran), faster_rate=rate(sum(r.faster for r in ran), len(ran)),
         geomean_speedup=geometric_mean(speedups), speedup_jobs=len(speedups),
         opt_k=k, opt_solved=solved, opt_tasks=counted, opt_at_k=rate(solved, counted),
+        opt_within_noise=opt_undecided(_group(ran, lambda r: r.task)),
         fraction_of_reference=sum(fractions) / len(fractions) if fractions else None, fraction_jobs=len(fractions),
         cost_usd=sum(known), cost_unknown_jobs=len(ran) - len(known),
         cost_per_job=sum(known) / len(known) if known else None,

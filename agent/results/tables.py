@@ -51,7 +51,8 @@ def quality_rows(s: BatchSummary) -> list[tuple[str, ...]]:
     return [(m.model, str(m.jobs), f"{m.correct} ({_pct(m.correct_rate)})", f"{m.faster} ({_pct(m.faster_rate)})",
              str(m.no_change), _failed_cell(m),
              _x(m.geomean_speedup) + (f" (n={m.speedup_jobs})" if m.speedup_jobs else ""),
-             f"{_pct(m.opt_at_k)} ({m.opt_solved}/{m.opt_tasks})" if m.opt_tasks else "-",
+             f"{_pct(m.opt_at_k)} ({m.opt_solved}/{m.opt_tasks}"
+             + (f"; {m.opt_within_noise} within noise)" if m.opt_within_noise else ")") if m.opt_tasks else "-",
              _pct(m.fraction_of_reference) + (f" (n={m.fraction_jobs})" if m.fraction_jobs else ""))
             for m in s.models]
 
@@ -100,7 +101,9 @@ def summary_markdown(s: BatchSummary) -> str:
     lines = [f"# batch {s.run_id}", "",
              f"Opt@K (as GSO grades it): a task counts when one of its K={s.samples} samples is correct, at least "
              f"{s.opt_min_speedup:g}x faster than the baseline, and reaches {s.opt_threshold:.0%} of the reference "
-             "patch's speedup. \"failed\": jobs that did not finish, ended in an error subtype (max turns, budget, "
+             "patch's speedup; \"within noise\": tasks where a correct sample's speedup interval and "
+             f"{s.opt_threshold:.0%} of the reference's overlap, so their Opt decision could go either way. "
+             "\"failed\": jobs that did not finish, ended in an error subtype (max turns, budget, "
              "time, a crash) or could not be graded; an errored job is never correct. \"no change\": the agent "
              "submitted nothing. \"of ref. gain\": mean (s - 1) / (s_ref - 1) over jobs significantly faster whose "
              "reference was significantly faster too (n of them). \"wall\": first job start to last job end; "

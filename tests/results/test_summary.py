@@ -62,3 +62,13 @@ def test_of_ref_gain_only_from_significant_results():
     (m,) = summarize(recs, run_id="r").models
     assert m.fraction_of_reference == pytest.approx(0.5) and m.fraction_jobs == 1
     assert m.correct == 3 and m.faster == 1 and m.errored == 1 and m.opt_solved == 0
+
+
+def test_the_opt_cell_says_when_a_decision_is_within_noise():
+    recs = [rec("a", "m1", 0, speedup=1.9, ref=1.86, has_ref=True, perf_verdict="faster",
+                speedup_interval=(1.5, 2.3), reference_interval=(1.6, 2.2)),
+            rec("b", "m1", 0, speedup=3.0, ref=1.5, has_ref=True, perf_verdict="faster",
+                speedup_interval=(2.8, 3.2), reference_interval=(1.4, 1.6))]
+    s = summarize(recs, run_id="r", samples=1)
+    assert s.models[0].opt_within_noise == 1
+    assert "100% (2/2; 1 within noise)" in summary_markdown(s)
