@@ -108,6 +108,7 @@ class AgentRound(BaseModel):
     own_cost_usd: float | None = None  # what the agent said this session cost
     verdict: str = ""  # our grading of its diff after this session
     evidence: str = ""  # the checks' summary of that grading
+    claim_notes: list[str] = []  # what the evidence says of things the claim names (a commit, a file)
     note: str = ""  # why the session ended, when not by itself (budget, time, crash)
 
 

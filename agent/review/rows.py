@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
@@ -162,12 +163,14 @@ class ClaimRow:
     level: Level  # the measured verdict's
 
 
-def claim_vs_evidence(claim: str, verdict: str, reasons: list[str]) -> tuple[str, str]:
-    """The wording of "claimed: ..." beside "measured: ...", the one both views print."""
+def claim_vs_evidence(claim: str, verdict: str, reasons: list[str], notes: Sequence[str] = ()) -> tuple[str, str]:
+    """The wording of "claimed: ..." beside "measured: ..." (and what the evidence says of what the claim
+    names), the one both views print."""
     lines = [ln.strip() for ln in printable(claim).splitlines() if ln.strip()]
     more = len(lines) - CLAIM_LINES
     said = "\n".join(lines[:CLAIM_LINES]) + (f"\n… (+{more} lines)" if more > 0 else "")
     measured = f"measured: {verdict or 'not graded'}" + (" — " + "; ".join(reasons) if reasons else "")
+    measured += "".join(f"\nof the claim: {n}" for n in notes)
     return f"claimed: {said or '(no final message)'}", printable(measured)
 
 
@@ -186,15 +189,16 @@ def _session(r: AgentRound) -> str:
     return f"round {r.round} · {exit_code} · {r.duration_ms / 1000:.1f}s" + (f"\nended: {r.note}" if r.note else "")
 
 
-def _claim_row(session: str, claim: str, verdict: str, reasons: list[str]) -> ClaimRow:
-    claimed, measured = claim_vs_evidence(claim, verdict, reasons)
+def _claim_row(session: str, claim: str, verdict: str, reasons: list[str], notes: Sequence[str] = ()) -> ClaimRow:
+    claimed, measured = claim_vs_evidence(claim, verdict, reasons, notes)
     return ClaimRow(session, claimed, measured, verdict_level(verdict or "error"))
 
 
 def claim_rows(agent: AgentRun, evaluation: Evaluation | None) -> list[ClaimRow]:
     """Each session's claim beside our grading of its diff; without sessions, the last claim beside the final grade."""
     if agent.rounds:
-        return [_claim_row(_session(r), r.claim, r.verdict, evidence_reasons(r.evidence)) for r in agent.rounds]
+        return [_claim_row(_session(r), r.claim, r.verdict, evidence_reasons(r.evidence), r.claim_notes)
+                for r in agent.rounds]
     if evaluation is None:
         return [_claim_row("final", agent.claim, "", ["no evaluation in report.json"])]
     return [_claim_row("final", agent.claim, evaluation.verdict, evaluation.reasons)]

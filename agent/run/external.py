@@ -12,6 +12,7 @@ budget, interrupted), report.json is written and says why in one line.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
@@ -26,7 +27,7 @@ from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
 from agent.agents.relay import Meter, Relay, RelayError, Upstream, bridge_command
 from agent.checks import Checker, Evaluation, TaskBroken, summarize
-from agent.env.candidate import Candidate, with_left_out
+from agent.env.candidate import Candidate, LeftOut, with_left_out
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
@@ -168,6 +169,7 @@ def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, roun
         run.claim = said.claim or run.claim
         why = _session_end(agent, result, said, stderr, meter, limits)
         cand = sealed.ws.candidate()
+        round_.claim_notes = claim_notes(said.claim, sealed.ws, cand.left_out)
         if cand.diff.strip():
             ev = grade(cand)
             round_.verdict, round_.evidence = ev.verdict, summarize(ev)
@@ -254,6 +256,20 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, *, cum
     run.cost_note = cost_note(run.name, run.own_cost_usd, outcome.total_cost_usd)
     if run.cost_note:
         outcome.warnings.append(run.cost_note)
+
+
+def claim_notes(claim: str, ws: Workspace, left_out: list[LeftOut]) -> list[str]:
+    """What the evidence says of a commit or a file the agent's claim names: a commit that was never made
+    (its .git is read-only to it), a file it names that was left out of the change (an empty patch file)."""
+    notes = []
+    if re.search(r"\bcommit(?:s|ted)?\b", claim, re.IGNORECASE) and ws.repo.head.commit.hexsha == ws.base_commit:
+        notes.append("it speaks of a commit; none was made (the repository's .git is read-only to it): "
+                     "its working tree was graded")
+    for x in left_out:
+        if re.search(rf"(?<![\w/.-]){re.escape(x.path)}(?![\w/-])", claim):
+            size = "empty" if x.size == 0 else f"{x.size:,} bytes"
+            notes.append(f"it names {x.path}: {size}, left out of the change ({x.reason})")
+    return notes
 
 
 def own_cost(rounds: list[AgentRound], cumulative: bool) -> float | None:

@@ -164,9 +164,10 @@ LITTER = ("git commit -qam 'use empty'; git diff HEAD~1 > model_patch.diff; mkdi
 
 
 def test_only_the_source_change_is_emitted_and_what_was_left_out_is_listed(task, tmp_path, fake_server, keys):
+    said = "Committed the change; the patch is in model_patch.diff."
     fake_server.script([turn("f overwrites buf entirely; use torch.empty.", SAFE_SED, U1),
                         turn("Commit it, keep the patch and a log.", LITTER, U1),
-                        turn(CLAIM, SUBMIT, U2)])
+                        turn(said, SUBMIT, U2)])
     report = run_mini(task, fake_server.openai_url, tmp_path)
 
     assert report.subtype == "success" and report.verdict == "pass", report.result
@@ -180,6 +181,11 @@ def test_only_the_source_change_is_emitted_and_what_was_left_out_is_listed(task,
     assert report.left_out[1].size == 3_000_000
     assert [x["path"] for x in json.loads((kept / "report.json").read_text())["left_out"]] == [
         "blob.bin", "logs/agent.log", "model_patch.diff"]
+    # its claim of a commit and a patch file stands beside what the evidence says of them
+    (round_,) = report.agent.rounds
+    assert round_.claim == said and round_.claim_notes == [
+        "it speaks of a commit; none was made (the repository's .git is read-only to it): its working tree was graded",
+        "it names model_patch.diff: empty, left out of the change (named like perfagent's output)"]
 
 
 def test_a_feedback_round_fixes_a_failing_change(task, tmp_path, fake_server, keys):

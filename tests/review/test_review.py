@@ -292,6 +292,8 @@ def test_claim_vs_evidence_wording():
     claimed, _ = claim_vs_evidence("done\x1b[2J\x07 <b>", "pass", [])
     assert claimed == "claimed: done[2J <b>"  # no escape sequence reaches the terminal; markup is text
     assert claim_vs_evidence("x", "fail", ["test_\x1b]0;pwned\x07a"])[1] == "measured: fail — test_]0;pwneda"
+    _, measured = claim_vs_evidence("Committed.", "pass", [], ["it speaks of a commit; none was made"])
+    assert measured == "measured: pass\nof the claim: it speaks of a commit; none was made"
 
 
 def test_evidence_reasons_come_from_the_checks_summary():
