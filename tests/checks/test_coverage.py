@@ -94,6 +94,18 @@ def test_not_measured_is_not_not_executed(tmp_path: Path) -> None:
     assert "no Python process" in ev.reasons[0] and "no test executed" not in ev.reasons[0]
 
 
+def checked_with(tmp_path: Path, check_py: str):
+    """BOTH_CHANGED's evaluation where the tests are the script `check_py`; its run must pass."""
+    make_repo(tmp_path / "repo", {**FILES, "tests/check.py": check_py})
+    task = tmp_path / "task.toml"
+    task.write_text('id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    '[correctness]\ncommand = "python tests/check.py"\npoison = false\n')
+    with Checker(load_task(task), tmp_path / "work") as checker:
+        ev = checker.evaluate(BOTH_CHANGED, perf=False)
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    return ev
+
+
 @pytest.mark.parametrize("how", ["spec_from_file_location", "SourceFileLoader"])
 def test_a_changed_file_loaded_by_path_is_measured(tmp_path: Path, how: str) -> None:
     """Test harnesses load heavy packages' files by path; before 3.12 the tracer starts as such a file is
@@ -103,30 +115,16 @@ def test_a_changed_file_loaded_by_path_is_measured(tmp_path: Path, how: str) -> 
             "m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\n",
             "SourceFileLoader": "import importlib.machinery\n"
             "m = importlib.machinery.SourceFileLoader('calc', 'calc.py').load_module()\n"}[how]
-    make_repo(tmp_path / "repo", {**FILES, "tests/check.py": load + "assert m.add(2, 3) == 5\n"})
-    task = tmp_path / "task.toml"
-    task.write_text('id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
-                    '[correctness]\ncommand = "python tests/check.py"\npoison = false\n')
-    with Checker(load_task(task), tmp_path / "work") as checker:
-        ev = checker.evaluate(BOTH_CHANGED, perf=False)
-    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    ev = checked_with(tmp_path, load + "assert m.add(2, 3) == 5\n")
     assert ev.coverage.measured and ev.coverage.covered == ["calc.py:2"] and ev.coverage.uncovered == ["calc.py:6"]
 
 
 def test_a_changed_file_run_before_recording_could_start_is_not_measured(tmp_path: Path) -> None:
     """Before 3.12 a changed file's source exec'd into a module by hand, around the import system, is
     "not measured" with the reason, never "not executed"."""
-    files = {**FILES, "tests/check.py": (
-        "import sys, types\nm = types.ModuleType('calc')\nm.__file__ = 'calc.py'\n"
-        "exec(compile(open('calc.py').read(), 'calc.py', 'exec'), m.__dict__)\nsys.modules['calc'] = m\n"
-        "assert m.add(2, 3) == 5\n")}
-    make_repo(tmp_path / "repo", files)
-    task = tmp_path / "task.toml"
-    task.write_text('id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
-                    '[correctness]\ncommand = "python tests/check.py"\npoison = false\n')
-    with Checker(load_task(task), tmp_path / "work") as checker:
-        ev = checker.evaluate(BOTH_CHANGED, perf=False)
-    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    ev = checked_with(tmp_path, "import sys, types\nm = types.ModuleType('calc')\nm.__file__ = 'calc.py'\n"
+                      "exec(compile(open('calc.py').read(), 'calc.py', 'exec'), m.__dict__)\nsys.modules['calc'] = m\n"
+                      "assert m.add(2, 3) == 5\n")
     if sys.version_info >= (3, 12):
         assert ev.coverage.measured  # sys.monitoring sees every code object, however it was loaded
     else:
