@@ -139,31 +139,27 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     key = new_key()
     perf = sides.task.spec.perf
     bench = bench and perf is not None and bool(py_files)
-    # At once on a CPU-only machine (halves the wall time), in as many lanes as it has cores for (the
-    # poisoned run, the longest, in one; the plain run and then the bench's in another on two cores,
-    # sharing one warm interpreter: a torch import less); one after the other on a GPU, where two test
-    # processes could exhaust device memory. The poisoned run (and the sanitizer in it) runs after a
-    # failing plain run too: it names the buffers read.
-    names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
-    parallel = len(names) > 1 and not e.environment.gpu
-    few = parallel and len(names) == 3 and (os.cpu_count() or 1) < 4
-    one_lane = (folders["coverage"], folders["bench-coverage"], reads["bench-sanitizer"]) if few else ()
 
     def run(name: str) -> CommandRun:
         if name == "bench":
             assert perf is not None
             return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=True,
-                             lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"], key=key,
-                             shared=one_lane)
+                             lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"], key=key)
         return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
                          lines_dir=folders["coverage"] if name == "plain" else None,
-                         sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=key,
-                         shared=one_lane if name == "plain" else ())
+                         sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=key)
 
+    # At once on a CPU-only machine (halves the wall time), in as many lanes as it has cores for (the
+    # poisoned run, the longest, in one; the plain run and then the bench's in another on two cores);
+    # one after the other on a GPU, where two test processes could exhaust device memory. The poisoned
+    # run (and the sanitizer in it) runs after a failing plain run too: it names the buffers read.
+    names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
+    parallel = len(names) > 1 and not e.environment.gpu
     sides.log(f"tests{' (' + ' + '.join(names) + ', in parallel)' if parallel else ''}: {spec.command}")
     with ThreadPoolExecutor(max_workers=4) as pool:
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
+            few = len(names) == 3 and (os.cpu_count() or 1) < 4
             lanes = [["poison"], ["plain", "bench"]] if few else [[n] for n in names]
             done = [pool.submit(lambda lane: {n: run(n) for n in lane}, lane) for lane in lanes]
             runs = {name: got for lane in done for name, got in lane.result().items()}
