@@ -48,7 +48,7 @@ class BaseRuns(BaseModel):
 
 def run_base(spec: TaskSpec, launcher: Launcher, key: str) -> BaseRuns:
     """Run the task's tests (plain, and poisoned where it asks) and its bench once with `launcher` (the
-    unchanged base's), all at once."""
+    unchanged base's): together where they start cold, one after another where one warm interpreter serves them."""
     tests, perf = spec.correctness, spec.perf
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as pool:
