@@ -161,17 +161,21 @@ class ClaimRow:
     claimed: str  # "claimed: <the first lines of its final message>"
     measured: str  # "measured: <our verdict> — <the reasons>"
     level: Level  # the measured verdict's
+    against: str = ""  # what the evidence says of what the claim names, a line each ("" if nothing)
 
 
-def claim_vs_evidence(claim: str, verdict: str, reasons: list[str], notes: Sequence[str] = ()) -> tuple[str, str]:
-    """The wording of "claimed: ..." beside "measured: ..." (and what the evidence says of what the claim
-    names), the one both views print."""
+def claim_vs_evidence(claim: str, verdict: str, reasons: list[str]) -> tuple[str, str]:
+    """The wording of "claimed: ..." beside "measured: ...", the one both views print."""
     lines = [ln.strip() for ln in printable(claim).splitlines() if ln.strip()]
     more = len(lines) - CLAIM_LINES
     said = "\n".join(lines[:CLAIM_LINES]) + (f"\n… (+{more} lines)" if more > 0 else "")
     measured = f"measured: {verdict or 'not graded'}" + (" — " + "; ".join(reasons) if reasons else "")
-    measured += "".join(f"\nof the claim: {n}" for n in notes)
     return f"claimed: {said or '(no final message)'}", printable(measured)
+
+
+def against_claim(notes: Sequence[str]) -> str:
+    """What the evidence says of what a claim names, shown under the claim as a warning."""
+    return printable("\n".join(f"but: {n}" for n in notes))
 
 
 def evidence_reasons(evidence: str) -> list[str]:
@@ -190,8 +194,8 @@ def _session(r: AgentRound) -> str:
 
 
 def _claim_row(session: str, claim: str, verdict: str, reasons: list[str], notes: Sequence[str] = ()) -> ClaimRow:
-    claimed, measured = claim_vs_evidence(claim, verdict, reasons, notes)
-    return ClaimRow(session, claimed, measured, verdict_level(verdict or "error"))
+    claimed, measured = claim_vs_evidence(claim, verdict, reasons)
+    return ClaimRow(session, claimed, measured, verdict_level(verdict or "error"), against_claim(notes))
 
 
 def claim_rows(agent: AgentRun, evaluation: Evaluation | None) -> list[ClaimRow]:

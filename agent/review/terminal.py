@@ -65,7 +65,10 @@ def _claims_panel(run: RunView) -> Panel | None:
     claims.add_column("claimed", overflow="fold", ratio=1)
     claims.add_column("measured", overflow="fold", ratio=1)
     for c in claim_rows(run.agent, run.evaluation):
-        claims.add_row(c.session, Text(c.claimed), Text(c.measured, style=LEVEL_STYLE[c.level]))
+        claimed = Text(c.claimed)
+        if c.against:
+            claimed.append("\n" + c.against, style=LEVEL_STYLE["warn"])
+        claims.add_row(c.session, claimed, Text(c.measured, style=LEVEL_STYLE[c.level]))
     return Panel(Group(claims, rows_table(agent_rows(run), show_header=False)),
                  title=f"claims vs evidence: {contestant(run.model, run.agent)}", title_align="left")
 

@@ -30,7 +30,8 @@ from agent.results.report import AgentRound, AgentRun, ModelUsage, Report
 from agent.results.tables import write_summary
 from agent.review.compare import compare_results, render_compare
 from agent.review.load import SHOWN_BYTES, SHOWN_LINES, Results, load_results
-from agent.review.rows import claim_rows, claim_vs_evidence, evidence_reasons, sample_plot, sort_runs, token_costs
+from agent.review.rows import (against_claim, claim_rows, claim_vs_evidence, evidence_reasons, sample_plot, sort_runs,
+                               token_costs)
 from agent.review.terminal import render_review
 from helpers import DIFF, SONNET, Job, default_jobs, evaluation, make_batch, write_job
 
@@ -292,8 +293,11 @@ def test_claim_vs_evidence_wording():
     claimed, _ = claim_vs_evidence("done\x1b[2J\x07 <b>", "pass", [])
     assert claimed == "claimed: done[2J <b>"  # no escape sequence reaches the terminal; markup is text
     assert claim_vs_evidence("x", "fail", ["test_\x1b]0;pwned\x07a"])[1] == "measured: fail — test_]0;pwneda"
-    _, measured = claim_vs_evidence("Committed.", "pass", [], ["it speaks of a commit; none was made"])
-    assert measured == "measured: pass\nof the claim: it speaks of a commit; none was made"
+    assert against_claim(["it speaks of a commit; none was made", "it names x.diff: empty"]) == (
+        "but: it speaks of a commit; none was made\nbut: it names x.diff: empty")
+    told = AgentRun(name="mini-swe-agent", model="gpt-4o",
+                    rounds=[AgentRound(round=1, claim="Committed.", verdict="pass", claim_notes=["no commit"])])
+    assert claim_rows(told, None)[0].against == "but: no commit"
 
 
 def test_evidence_reasons_come_from_the_checks_summary():
