@@ -10,13 +10,16 @@ first run of a task pays for it; a failing one is run again next time (the user 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shlex
 import shutil
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,6 +128,16 @@ def cached(key: str) -> BaseRuns | None:
     except (OSError, ValidationError):
         return None
     return runs if runs.key == key else None
+
+
+@contextmanager
+def held(key: str) -> Iterator[None]:
+    """One process at a time checks a base: the others wait, then find its record (a lock file per key)."""
+    path = _cache_file(key).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def remember(runs: BaseRuns) -> None:

@@ -97,18 +97,19 @@ class Sides:
         if self._base_runs is None:
             base = self.baseline()
             key = preflight.base_key(self.task, base.base_commit, self.interpreter())
-            runs = preflight.cached(key)
-            if runs is None:
-                self.log("checking the task on its unchanged base: its tests and bench, once")
-                launcher = Launcher(base.root, self.test_env(base.root), warm=self.warm, log=self.log)
-                try:
-                    runs = preflight.run_base(self.task.spec, launcher, key)
-                finally:
-                    launcher.close()
-            why = preflight.broken(runs, base.root, self.command_env(base.root))
-            if why is not None:
-                raise TaskBroken(why)
-            preflight.remember(runs)
+            with preflight.held(key):  # a batch's other jobs of this task wait for this answer, then read it
+                runs = preflight.cached(key)
+                if runs is None:
+                    self.log("checking the task on its unchanged base: its tests and bench, once")
+                    launcher = Launcher(base.root, self.test_env(base.root), warm=self.warm, log=self.log)
+                    try:
+                        runs = preflight.run_base(self.task.spec, launcher, key)
+                    finally:
+                        launcher.close()
+                why = preflight.broken(runs, base.root, self.command_env(base.root))
+                if why is not None:
+                    raise TaskBroken(why)
+                preflight.remember(runs)
             self._base_runs = runs
         return self._base_runs
 
