@@ -337,7 +337,8 @@ def step_batch(run: Run) -> dict:
     # to precision, one measurement at a time, which took over 4 minutes on an H100 (`--full-batch`).
     tasks = [str(ROOT / "tasks")] if run.full_batch else [str(TASK), "--samples", "2"]
     args = ["batch", *tasks, "--models", f"replay:{replay}", "--gpus", "0", "--workers", "2",
-            "--run-id", "gpu", "--out", str(out), "--quiet", "--job-timeout", str(max(60, int(run.left_s - 30)))]
+            "--run-id", "gpu", "--out", str(out), "--quiet", "--no-baseline",
+            "--job-timeout", str(max(60, int(run.left_s - 30)))]
     rc, output = run.sh("batch", [sys.executable, "-m", "agent", *args], timeout_s=run.left_s)
     for log in sorted((out / "results" / "gpu").rglob("batch.log")):  # each job's timed steps, for the record
         run.log(f"\n=== {log.relative_to(out)}\n{log.read_text(errors='replace')[-6000:]}")

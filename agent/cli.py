@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from agent.results.plan import Plan, Subset
+    from agent.results.predictions import Prediction
 
 from agent import __version__
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
@@ -22,6 +27,8 @@ def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
         entries = checked_bases(load_task_set(args.path))
     except TaskError as e:
         raise UserError(str(e)) from None
+    if getattr(args, "json", False):
+        return _tasks_json(args.path, entries)
     table = Table(title=f"tasks in {args.path}")
     for col in ("id", "title", "repo", "checks", "status"):
         table.add_column(col, overflow="fold")
@@ -43,11 +50,63 @@ def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
     return EXIT_BAD_INPUT if bad else 0
 
 
+def _tasks_json(path: str, entries: list[Task | TaskError]) -> int:
+    """`tasks --json`: one object per task file, valid or not; the exit code is the table's."""
+    import json
+
+    if not entries:
+        raise UserError(f"{path}: no task files found")
+    rows = []
+    for entry in entries:
+        if isinstance(entry, Task):
+            s = entry.spec
+            checks = ["correctness", *(["poison"] if s.correctness.poison else []),
+                      *([f"perf:{s.perf.metric}"] if s.perf else [])]
+            rows.append({"id": s.id, "title": s.title, "repo": entry.repo, "file": str(entry.file),
+                         "checks": checks, "status": "ok", "error": None})
+        else:
+            rows.append({"id": None, "title": None, "repo": None, "file": None, "checks": [], "status": "invalid",
+                         "error": str(entry)})
+    print(json.dumps(rows, indent=2))
+    bad = [r["error"] for r in rows if r["status"] == "invalid"]
+    for e in bad:
+        print(f"error: {e}", file=sys.stderr)
+    return EXIT_BAD_INPUT if bad else 0
+
+
 def _short(path: str) -> str:
     try:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
         return path
+
+
+TASKS_IMPORT = "tasks-import"  # `perfagent tasks import ...` (main() routes it here; `tasks [PATH]` stays as it is)
+
+
+def cmd_tasks_import(args: argparse.Namespace, out: Console) -> int:
+    """GSO or SWE-bench records -> task files, each validated: exit 0 when all were written, 1 when some
+    record could not be (one line each on stderr; the others are written), 2 on bad input (nothing written)."""
+    from agent.task_import import FORMATS, RecordsError, import_records
+
+    if args.format is None:
+        raise UserError(f"give --format: {' or '.join(FORMATS)}")
+    if args.format not in FORMATS:
+        raise UserError(f"unknown --format {args.format!r}; formats: {', '.join(FORMATS)}")
+
+    def wrote(task_file: Path, imported) -> None:
+        left = f"; not mapped: {len(imported.unmapped)} (in its comments)" if imported.unmapped else ""
+        out.print(f"wrote {_short(str(task_file))}{left}", highlight=False)
+
+    try:
+        result = import_records(Path(args.records), args.format, Path(args.out),
+                                Path(args.repos) if args.repos else None, on_task=wrote)
+    except RecordsError as e:
+        raise UserError(str(e)) from None
+    for line in result.failed:
+        print(f"error: {line}", file=sys.stderr)
+    out.print(f"imported {len(result.written)} of {result.records} record(s) into {args.out}", highlight=False)
+    return 1 if result.failed else 0
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
@@ -160,6 +219,19 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     from agent.checks import Checker, evaluation_table, grade
     from agent.checks.patchinfo import is_unified_diff
 
+    patch_only = [f for f, given in (("--quick", args.quick), ("--no-perf", args.no_perf),
+                                     ("--reference", args.reference), ("--json", args.json),
+                                     ("--evidence", args.evidence), ("--strict", args.strict),
+                                     ("--initcheck", args.initcheck)) if given]
+    if args.predictions:
+        if patch_only:
+            raise UserError(f"{patch_only[0]} grades one patch: with --predictions every job gets the full evaluation")
+        return _check_predictions(args, out)
+    set_only = [f for f, given in (("--run-id", args.run_id), ("--resume", args.resume), ("--filter", args.filter),
+                                   ("--tasks", args.tasks), ("--shuffle", args.shuffle), ("--slice", args.slice),
+                                   ("--no-baseline", args.no_baseline)) if given]
+    if set_only:
+        raise UserError(f"{set_only[0]} goes with --predictions (a set of tasks); --patch grades one")
     task = load_task(args.task)
     if args.initcheck:
         correctness = task.spec.correctness.model_copy(update={"initcheck": True})
@@ -231,41 +303,76 @@ def _regrade(task: Task, path: Path, json_to: str | None, out: Console, strict: 
 
 
 def cmd_batch(args: argparse.Namespace, out: Console) -> int:
-    from agent.agents import split_spec
-    from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
-    from agent.results.plan import Plan, read_plan
-    from agent.results.tables import summary_tables
-    from agent.run.entry import require_sandbox
+    from agent.agents import PREDICTION, split_spec
     from agent.run.model_spec import check_spec
+
+    run_id, plan = _batch_run(args)
+    given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else []
+    given += [_contestant_spec(agent, model) for agent, model in args.contestants or []]
+    for spec in given:  # every one, before anything is planned: a typo in the last is found now
+        agent, model = split_spec(spec)
+        if agent == PREDICTION:
+            raise UserError(f"{spec}: predictions are graded with perfagent check SET --predictions FILE")
+        if agent == OWN_AGENT:
+            check_spec(model)
+        else:
+            make_agent(agent, model)
+    models = given or plan.models or ["rules"]
+    return _run_set(args, out, run_id, plan, source=args.set or plan.source, models=models,
+                    samples=args.samples or plan.samples or 1)
+
+
+def _batch_run(args: argparse.Namespace) -> tuple[str, "Plan"]:
+    """(run id, its plan so far: empty unless --resume)."""
+    from agent.results.plan import Plan, read_plan
     from agent.run.names import check_run_id, new_run_id
 
     if args.resume and not args.run_id:
         raise UserError("--resume needs the --run-id of the batch to continue")
     run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
-    plan = read_plan(Path(args.out).resolve() / "results" / run_id) if args.resume else Plan()
-    source = args.set or plan.source
+    return run_id, read_plan(Path(args.out).resolve() / "results" / run_id) if args.resume else Plan()
+
+
+def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", *, source: str | None,
+             models: list[str], samples: int, predictions: "list[Prediction] | None" = None,
+             prediction_files: list[str] | None = None) -> int:
+    """A batch over the chosen tasks of a set (`batch`, `check --predictions`), with the free baseline
+    beside the contestants unless --no-baseline; its summary tables; exit 1 if any job failed."""
+    from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
+    from agent.batch.subset import SubsetError, choose
+    from agent.results.layout import PREDICTIONS
+    from agent.results.predictions import PredictionsError, read_predictions
+    from agent.results.tables import summary_tables
+    from agent.run.entry import require_sandbox
+
     if not source:
         raise UserError("name a task set: a task-set file or a directory of tasks")
-    given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else []
-    given += [_contestant_spec(agent, model) for agent, model in args.contestants or []]
-    models = given or plan.models or ["rules"]
-    for spec in models:  # every one, before anything is planned: a typo in the last is found now
-        agent, model = split_spec(spec)
-        if agent == OWN_AGENT:
-            check_spec(model)
-        else:
-            make_agent(agent, model)
+    baseline = plan.baseline if args.resume else None if args.no_baseline else BASELINE
+    models = list(dict.fromkeys([*models, *([baseline] if baseline and not args.resume else [])]))
+    run_dir = Path(args.out).resolve() / "results" / run_id
+    if predictions is None and plan.predictions:  # a resumed `check --predictions`: the patches it read then
+        try:
+            predictions = read_predictions([run_dir / PREDICTIONS])
+        except PredictionsError as e:
+            raise UserError(str(e)) from None
     opts = options_from_args(args)
     if opts == RunOptions():  # no run flag given: a resumed batch keeps its own
         opts = plan.options
     require_sandbox(models, opts.allow_unsandboxed)
-    cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers, executor=args.executor,
-                      gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None,
-                      resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
-                      source=str(Path(source).resolve()), options=opts)
     try:
-        result = run_batch(load_tasks(source), models, args.samples or plan.samples or 1, cfg)
-    except BatchError as e:
+        every = load_tasks(source)
+        subset = _subset(args, plan)
+        tasks, subset = choose(every, subset) if subset is not None else (every, None)
+        cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers,
+                          executor=getattr(args, "executor", "local"),
+                          gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if getattr(args, "gpus", None)
+                          else None,
+                          resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
+                          source=str(Path(source).resolve()), options=opts, subset=subset, baseline=baseline,
+                          predictions=predictions or [], prediction_files=prediction_files or plan.predictions,
+                          left_out=frozenset(t.id for t in every) - {t.id for t in tasks})
+        result = run_batch(tasks, models, samples, cfg)
+    except (BatchError, SubsetError) as e:
         raise UserError(str(e)) from None
     for table in summary_tables(result.summary):
         out.print(table)
@@ -273,12 +380,53 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     return 1 if result.failed else 0
 
 
+BASELINE = "rules"  # the free contestant a batch adds beside the others: what a $0 search finds
+
+
+def _subset(args: argparse.Namespace, plan: "Plan") -> "Subset | None":
+    """The subset the flags ask for; a resumed batch keeps the one it chose."""
+    from agent.results.plan import Subset
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks is not None else None
+    asked = Subset(filter=args.filter, tasks=tasks, shuffle=args.shuffle, seed=args.seed, slice=args.slice)
+    if args.resume:
+        if asked != Subset(seed=args.seed):
+            raise UserError("--resume runs the tasks the batch chose when it started: drop --filter, --tasks, "
+                            "--shuffle and --slice")
+        return plan.subset
+    return asked if asked != Subset(seed=args.seed) else None
+
+
+def _check_predictions(args: argparse.Namespace, out: Console) -> int:
+    """`check SET --predictions FILE...`: every prediction graded as a batch job, beside the baseline."""
+    from agent.agents import PREDICTION
+    from agent.results.predictions import PredictionsError, read_predictions
+
+    files = [str(Path(f).resolve()) for f in args.predictions]
+    try:
+        predictions = read_predictions(files)
+    except PredictionsError as e:
+        raise UserError(str(e)) from None
+    run_id, plan = _batch_run(args)
+    names = [f"{PREDICTION}:{p.model_name_or_path}" for p in predictions]
+    return _run_set(args, out, run_id, plan, source=args.task, models=list(dict.fromkeys(names)), samples=1,
+                    predictions=predictions, prediction_files=files)
+
+
 def cmd_review(args: argparse.Namespace, out: Console) -> int:
     from agent.review.load import ReviewError, load_results
     from agent.review.terminal import render_review
 
     try:
-        render_review(out, load_results(args.results), task=args.task, sort=args.sort)
+        results = load_results(args.results)
+        if getattr(args, "json", False):
+            import json
+
+            from agent.review.dump import review_json
+
+            print(json.dumps(review_json(results, task=args.task, sort=args.sort), indent=2))
+        else:
+            render_review(out, results, task=args.task, sort=args.sort)
     except ReviewError as e:
         raise UserError(str(e)) from None
     return 0
@@ -302,9 +450,57 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
     from agent.review.load import ReviewError, load_results
 
     try:
-        render_compare(out, load_results(args.run_a), load_results(args.run_b))
+        a, b = load_results(args.run_a), load_results(args.run_b)
     except ReviewError as e:
         raise UserError(str(e)) from None
+    if getattr(args, "json", False):
+        import json
+
+        from agent.review.dump import compare_json
+
+        print(json.dumps(compare_json(a, b), indent=2))
+    else:
+        render_compare(out, a, b)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, out: Console) -> int:
+    """Runs' jobs as SWE-bench / GSO predictions (JSON lines, or a JSON list to a .json file) or as CSV."""
+    from agent.results.export import (FORMATS, ExportError, csv_text, load_jobs, prediction, predictions_json,
+                                      predictions_jsonl, repeated, select)
+    from agent.util.files import atomic_write
+
+    if args.format not in FORMATS:
+        raise UserError(f"unknown format {args.format!r}; formats: {', '.join(FORMATS)}")
+    try:
+        jobs = select([j for run in args.runs for j in load_jobs(run)], sample=args.sample, model=args.model)
+    except ExportError as e:
+        raise UserError(str(e)) from None
+    if args.format == "csv":
+        text, what = csv_text(jobs), f"{len(jobs)} row(s)"
+    else:
+        preds = [prediction(j) for j in jobs]
+        as_list = bool(args.output) and args.output.endswith(".json")
+        text = predictions_json(preds) if as_list else predictions_jsonl(preds)
+        what = f"{len(preds)} prediction(s)"
+        twice = repeated(preds)
+        if twice:
+            print(f"note: {len(twice)} instance id(s) occur more than once ({twice[0]}, ...): SWE-bench and GSO "
+                  "keep one record per instance; --sample N (and --model M) write one file each", file=sys.stderr)
+    if args.output:
+        try:
+            atomic_write(Path(args.output), text)
+        except OSError as e:
+            raise UserError(f"{args.output}: cannot write: {e.strerror or e}") from None
+        out.print(f"wrote {args.output} ({what})", highlight=False, soft_wrap=True)
+        return 0
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted; nothing more to say at exit
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
@@ -329,6 +525,24 @@ def _contestant_spec(agent: str, model: str) -> str:
     if agent == OWN_AGENT:
         return model or "rules"
     return join_spec(agent, model or make_agent(agent).model)
+
+
+def _add_set_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """What a run over a task set takes: workers, run id and resume, the baseline, which tasks."""
+    p.add_argument("--workers", type=at_least(1), default=2, help="jobs at once")
+    p.add_argument("--run-id", default=None,
+                   help="results/<run-id>/ folder name (default: a new timestamped id); "
+                        "with --resume: the run to continue")
+    p.add_argument("--resume", action="store_true", help="run only the jobs with no done line in batch.jsonl")
+    p.add_argument("--out", default=".", help="folder that receives results/ and patches/")
+    p.add_argument("--job-timeout", type=above_zero, default=None, help="hard limit per job, seconds")
+    p.add_argument("--no-baseline", action="store_true",
+                   help=f"do not add the free `{BASELINE}` policy as a contestant (the summary's margins are over it)")
+    p.add_argument("--filter", metavar="REGEX", default=None, help="only the tasks whose id matches REGEX")
+    p.add_argument("--tasks", metavar="ID,ID", default=None, help="only these tasks")
+    p.add_argument("--shuffle", action="store_true", help="shuffle the tasks (with --seed) before --slice")
+    p.add_argument("--slice", metavar="START:STOP", default=None, help="this slice of the tasks, e.g. 0:10")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,15 +591,38 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tasks", help="validate and list tasks (a task file, a task-set file or a directory)")
     t.add_argument("path", nargs="?", default="tasks",
                    help="a task file, a task-set file or a directory of tasks (default: tasks)")
+    t.add_argument("--json", action="store_true",
+                   help="print the tasks as a JSON list of {id, title, repo, file, checks, status, error} instead "
+                        "of the table (exit code unchanged)")
     t.set_defaults(func=cmd_tasks)
+    t.epilog = ("perfagent tasks import RECORDS.jsonl --format gso|swebench [--out DIR] [--repos DIR]: GSO or "
+                "SWE-bench instance records as task files (perfagent tasks import --help); a directory named "
+                "import is ./import")
+    ti = sub.add_parser(TASKS_IMPORT, prog="perfagent tasks import",
+                        description="Turn GSO or SWE-bench instance records (JSON lines, the published field names) "
+                                    "into task files, each validated; what a task cannot say is listed in its "
+                                    "comments. Exit 0: all written; 1: some records could not be (one line each, "
+                                    "the others written); 2: bad input (nothing written).")
+    ti.add_argument("records", metavar="RECORDS.jsonl", help="one instance record per line")
+    ti.add_argument("--format", default=None, metavar="gso|swebench", help="the records' format: gso or swebench")
+    ti.add_argument("--out", default="tasks/imported",
+                    help="folder for the task files and the files beside them (default: tasks/imported)")
+    ti.add_argument("--repos", default=None, metavar="DIR",
+                    help="local mirrors: a record's owner/name is DIR/<owner>__<name>, else DIR/<name> (default: "
+                         "the repo's GitHub URL)")
+    ti.set_defaults(func=cmd_tasks_import)
     c = sub.add_parser("check",
                        help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
-    c.add_argument("task", help="a task file (TOML)")
+    c.add_argument("task", help="a task file (TOML); with --predictions, a task-set file or a directory of tasks")
     what = c.add_mutually_exclusive_group(required=True)
     what.add_argument("--patch", help="a unified diff against the task's base")
     what.add_argument("--regrade", metavar="RUN", default=None,
                       help="grade recorded evidence again, running nothing: a run's job folder (its checks.json), "
                            "a checks.json, or a file written by --evidence")
+    what.add_argument("--predictions", action="append", metavar="FILE",
+                      help="grade another harness's predictions (SWE-bench/GSO form: JSON lines or a list of "
+                           "instance_id, model_name_or_path, model_patch; or sb-cli's {instance_id: {...}}) "
+                           "against the tasks of the set TASK names, as a batch; repeat for more samples")
     c.add_argument("--evidence", default=None, metavar="FILE",
                    help="also write what the checks found (the evidence the verdict was graded from) to FILE")
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
@@ -402,6 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "input)")
     c.add_argument("--lock-dir", default=None,
                    help="device lock folder (default: $PERFAGENT_LOCK_DIR, else ~/.cache/perfagent/locks)")
+    preds = c.add_argument_group("with --predictions (TASK is then a task set), as `batch` takes them")
+    _add_set_flags(preds)
     c.set_defaults(func=cmd_check)
     b = sub.add_parser("batch", help="run a task set x models x samples in parallel; resumable; summarised")
     b.add_argument("set", nargs="?", help="a task-set file or a directory of tasks (with --resume: the run's own)")
@@ -413,23 +652,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model of the --agent before it (or of our loop)")
     b.add_argument("--samples", type=at_least(1), default=None,
                    help="runs per (task, model): the K of Opt@K (default 1)")
-    b.add_argument("--workers", type=at_least(1), default=2, help="jobs at once")
     b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
     b.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
-    b.add_argument("--run-id", default=None,
-                   help="results/<run-id>/ folder name (default: a new timestamped id); "
-                        "with --resume: the run to continue")
-    b.add_argument("--resume", action="store_true", help="run only the jobs with no done line in batch.jsonl")
-    b.add_argument("--out", default=".", help="folder that receives results/ and patches/")
-    b.add_argument("--job-timeout", type=above_zero, default=None, help="hard limit per job, seconds")
+    _add_set_flags(b)
+    b.add_argument("--seed", type=int, default=None, help="the seed of --shuffle")
     add_run_flags(b, batch=True)
-    b.add_argument("--quiet", action="store_true", help="no live progress")
     b.set_defaults(func=cmd_batch)
     rv = sub.add_parser("review", help="terminal view of a run or batch: verdicts, speedups, diffs, checks, cost")
     rv.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
     rv.add_argument("--task", default=None, help="show this task's runs (or one job key) in detail")
     rv.add_argument("--sort", choices=("job", "speedup", "cost", "verdict"), default="job",
                     help="order of the run list: job key (default), best speedup, lowest cost, or outcome")
+    rv.add_argument("--json", action="store_true",
+                    help="print the runs (records, figures, diffs; with --task each run's report) as JSON instead")
     rv.set_defaults(func=cmd_review)
     rp = sub.add_parser("report", help="one self-contained HTML report of a run or batch")
     rp.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
@@ -438,12 +673,31 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="what changed between two batch runs, task by task")
     cp.add_argument("run_a", metavar="RUN_A", help="results/<run-id> of the earlier run")
     cp.add_argument("run_b", metavar="RUN_B", help="results/<run-id> of the later run")
+    cp.add_argument("--json", action="store_true",
+                    help="print each model and (task, model) before and after, and the change, as JSON instead")
     cp.set_defaults(func=cmd_compare)
+    ex = sub.add_parser("export", help="runs' jobs as SWE-bench / GSO predictions (JSON lines) or CSV")
+    ex.add_argument("runs", nargs="+", metavar="RUN",
+                    help="results/<run-id> (a batch or a single run, or one job folder); several concatenate")
+    ex.add_argument("--format", default="predictions", metavar="FORMAT",
+                    help="predictions (default): {instance_id, model_name_or_path, model_patch, perfagent} per "
+                         "job; csv: one row per job, the summary's columns")
+    ex.add_argument("-o", "--output", default=None, metavar="FILE",
+                    help="write to FILE (default: stdout); predictions to a FILE ending in .json: one JSON list")
+    ex.add_argument("--sample", type=at_least(0), default=None, metavar="N",
+                    help="only sample N (from 0): SWE-bench and GSO keep one record per instance, so with K "
+                         "samples write one file per sample (GSO's opt_at_k.py reads K files)")
+    ex.add_argument("--model", default=None, metavar="SPEC",
+                    help="only this contestant, as the batch names it (rules, anthropic:..., claude-code:...)")
+    ex.set_defaults(func=cmd_export)
     # subcommands: one add_parser block each, in the order the README lists them
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["tasks", "import"]:  # a word `tasks PATH` cannot take as its optional positional
+        argv = [TASKS_IMPORT, *argv[2:]]
     args = build_parser().parse_args(argv)
     out = Console(stderr=False)
     return guarded(lambda: args.func(args, out))

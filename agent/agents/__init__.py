@@ -23,13 +23,17 @@ EXTERNAL_AGENTS = {
     "mini-swe-agent": "agent.agents.mini_swe_agent:MiniSweAgent",
 }
 AGENT_NAMES = (OWN_AGENT, *EXTERNAL_AGENTS)
-__all__ = ["AGENT_NAMES", "EXTERNAL_AGENTS", "OWN_AGENT", "AgentError", "join_spec", "make_agent", "split_spec"]
+# Not an agent we run: another harness's patch, graded as it is (`check --predictions`), named in a batch as
+# "prediction:<model_name_or_path>".
+PREDICTION = "prediction"
+__all__ = ["AGENT_NAMES", "EXTERNAL_AGENTS", "OWN_AGENT", "PREDICTION", "AgentError", "join_spec", "make_agent",
+           "split_spec"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
     """("claude-code", "claude-sonnet-4-5") for "claude-code:claude-sonnet-4-5"; (OWN_AGENT, spec) otherwise."""
     name, sep, model = spec.strip().partition(":")
-    if name in EXTERNAL_AGENTS:
+    if name in EXTERNAL_AGENTS or (name == PREDICTION and sep):
         return name, model.strip()
     if name == OWN_AGENT and sep:
         return OWN_AGENT, model.strip()

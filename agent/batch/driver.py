@@ -24,15 +24,17 @@ from typing import Iterator, Sequence
 
 from rich.console import Console
 
+from agent.agents import PREDICTION
 from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
 from agent.batch.plan import extended
 from agent.batch.progress import BatchProgress
 from agent.env.workspace import checked_bases
 from agent.options import RunOptions
-from agent.results.layout import PLAN, job_key, job_paths, model_slug
+from agent.results.layout import PLAN, PREDICTIONS, job_key, job_paths, model_slug
 from agent.results.ledger import Ledger
 from agent.results.load import summarize_run
-from agent.results.plan import PlannedJob, read_plan
+from agent.results.plan import PlannedJob, Subset, read_plan
+from agent.results.predictions import Prediction, by_attempt, write_predictions
 from agent.results.record import JobRecord
 from agent.results.summary import BatchSummary
 from agent.results.tables import write_summary
@@ -61,11 +63,7 @@ def expand_jobs(tasks: Sequence[Task], models: Sequence[str], samples: int, *, c
         raise BatchError("--samples must be at least 1")
     if not models:
         raise BatchError("no models given: use --models rules,replay:<file>,...")
-    slugs: dict[str, str] = {}
-    for m in models:
-        other = slugs.setdefault(model_slug(m), m)
-        if other != m:
-            raise BatchError(f"models {other!r} and {m!r} would share the folder {model_slug(m)!r}")
+    _distinct_folders(models)
     ids: dict[str, Path] = {}
     for t in tasks:
         if ids.setdefault(t.id, t.file) != t.file:
@@ -81,6 +79,40 @@ def expand_jobs(tasks: Sequence[Task], models: Sequence[str], samples: int, *, c
             for k in range(samples) for t in tasks for m in dict.fromkeys(models)]
 
 
+def _distinct_folders(models: Sequence[str]) -> None:
+    slugs: dict[str, str] = {}
+    for m in models:
+        other = slugs.setdefault(model_slug(m), m)
+        if other != m:
+            raise BatchError(f"models {other!r} and {m!r} would share the folder {model_slug(m)!r}")
+
+
+def prediction_jobs(tasks: Sequence[Task], predictions: Sequence[Prediction], *, left_out: frozenset[str] = frozenset(),
+                    job_timeout_s: float | None = None) -> list[JobSpec]:
+    """A job per prediction (record k of an (instance, contestant) is its sample k) on the task whose id is
+    its instance_id; one with no such task is planned as skipped; one for a task `left_out` of the subset,
+    not at all."""
+    by_id = {t.id: t for t in tasks}
+    attempts = by_attempt(predictions)
+    _distinct_folders(list(dict.fromkeys(f"{PREDICTION}:{name}" for _, name in attempts)))
+    jobs = []
+    for (instance, name), records in attempts.items():
+        spec, task = f"{PREDICTION}:{name}", by_id.get(instance)
+        if task is None and instance in left_out:
+            continue
+        for k in range(len(records)):
+            if task is None:
+                jobs.append(JobSpec(key=job_key(model_slug(instance), spec, k), task=instance, task_file="",
+                                    model=spec, model_arg=spec, sample=k,
+                                    skip_reason=f"no task has the id {instance!r} in the set"))
+            else:
+                jobs.append(JobSpec(key=job_key(task.id, spec, k), task=task.id, task_file=str(task.file),
+                                    model=spec, model_arg=spec, sample=k, requires_gpu=task.spec.requires_gpu,
+                                    has_reference=task.reference_patch is not None,
+                                    timeout_s=job_timeout_s or 2 * task.spec.budget.timeout_s + 1800))
+    return sorted(jobs, key=lambda j: j.sample)
+
+
 @dataclass
 class BatchConfig:
     run_id: str
@@ -93,6 +125,12 @@ class BatchConfig:
     job_timeout_s: float | None = None
     quiet: bool = False
     source: str | None = None  # the task set, recorded in the plan
+    subset: Subset | None = None  # which of the set's tasks were chosen, recorded in the plan
+    baseline: str | None = None  # the free contestant among the models, recorded for the summary's margins
+    # `check --predictions`: the patches to grade, the files they came from, and the set's tasks the subset left out
+    predictions: list[Prediction] = field(default_factory=list)
+    prediction_files: list[str] = field(default_factory=list)
+    left_out: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -131,8 +169,13 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 def _write_plan(run_dir: Path, jobs: Sequence[JobSpec], models: Sequence[str], cfg: BatchConfig, samples: int) -> None:
     planned = [PlannedJob(key=j.key, task=j.task, model=j.model, sample=j.sample) for j in jobs]
-    extended(read_plan(run_dir), run_id=cfg.run_id, source=cfg.source, models=models, samples=samples,
-             options=cfg.options, jobs=planned).write(run_dir / PLAN)
+    plan = extended(read_plan(run_dir), run_id=cfg.run_id, source=cfg.source, models=models, samples=samples,
+                    options=cfg.options, jobs=planned)
+    plan.subset, plan.baseline = cfg.subset, cfg.baseline
+    if cfg.predictions:
+        write_predictions(run_dir / PREDICTIONS, cfg.predictions)
+        plan.predictions = list(cfg.prediction_files)
+    plan.write(run_dir / PLAN)
 
 
 def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:
@@ -158,14 +201,24 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
         raise BatchError(str(e)) from None
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = out_dir / "results" / cfg.run_id
-    jobs = expand_jobs(tasks, models, samples, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s)
+    ours = [m for m in models if not m.startswith(f"{PREDICTION}:")]
+    sampled = [m for m in ours if m != cfg.baseline]  # the baseline (rules) is deterministic: one sample is enough
+    jobs = expand_jobs(tasks, sampled, samples, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s) if sampled else []
+    if cfg.baseline in ours:
+        jobs += expand_jobs(tasks, [cfg.baseline], 1, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s)
+    _distinct_folders(ours)
+    if cfg.predictions:
+        jobs += prediction_jobs(tasks, cfg.predictions, left_out=cfg.left_out, job_timeout_s=cfg.job_timeout_s)
+        models = list(dict.fromkeys([*ours, *(j.model for j in jobs)]))
+    if not jobs:
+        raise BatchError("nothing to run: no models given, and no prediction matches a chosen task")
     with run_lock(run_dir):
         ledger = Ledger(run_dir)
         latest = ledger.latest()
         if latest and not cfg.resume:
             raise BatchError(f"run {cfg.run_id} already has {len(latest)} finished jobs: "
                              "pass --resume to continue it, or choose another --run-id")
-        _write_plan(run_dir, jobs, models, cfg, samples)
+        _write_plan(run_dir, jobs, models, cfg, max(samples, *(j.sample + 1 for j in jobs)))
         launch = LaunchConfig(run_id=cfg.run_id, out_dir=str(out_dir), cwd=str(Path.cwd()), options=cfg.options)
         executor = executor or make_executor(cfg, launch)
         todo, skips = _plan(jobs, latest, executor)
@@ -212,6 +265,10 @@ def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],
     for job in jobs:
         prev = latest.get(job.key)
         if prev is not None and prev.status == "done":
+            continue
+        if job.skip_reason is not None:
+            if prev is None or prev.status != "skipped":
+                skips.append(job.record("skipped", reason=job.skip_reason))
             continue
         if job.requires_gpu and gpus == 0:
             if prev is None or prev.status != "skipped":

@@ -59,6 +59,7 @@ class JobSpec:
     requires_gpu: bool = False
     has_reference: bool = False
     timeout_s: float = 5400.0  # hard limit for the whole job process
+    skip_reason: str | None = None  # planned only to be recorded as skipped, with this reason
 
     def record(self, status: str, **kw: Any) -> JobRecord:
         return JobRecord(key=self.key, task=self.task, model=self.model, sample=self.sample, status=status,

@@ -315,7 +315,8 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
     rows = [Row("why", r, "warn") for r in ev.reasons]
     rows += [Row(name, text, level) for name, text, level in
              (("error", ev.error, "bad"), ("note", ev.note, "info"), ("emitted", ev.emitted, "info")) if text]
-    if ev.verdict == "no-change":  # nothing was checked; rows saying "ok" would claim otherwise
+    nothing_seen = ev.setup is None and ev.correctness is None and not ev.diff_stats.files  # a patch that did not apply
+    if ev.verdict == "no-change" or nothing_seen:  # nothing was checked; rows saying "ok" would claim otherwise
         return rows
     problems, pv = ev.hygiene.problems, ev.protected_violations
     rows.append(Row("patch hygiene", "ok", "ok") if ev.hygiene.ok else Row("patch hygiene", "; ".join(problems), "bad"))

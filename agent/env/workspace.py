@@ -281,7 +281,7 @@ def check_base_commit(repo: str | Path, base: str) -> None:
             raise WorkspaceError(f"{path} is not a git repository, so only base = \"HEAD\" is possible")
         return
     try:
-        open_repo(path).commit(base)
+        open_repo(path).commit(base).tree  # noqa: B018 - a full sha is taken on trust until its object is read
     except (git.BadName, ValueError, git.GitCommandError, git.InvalidGitRepositoryError):
         raise WorkspaceError(f"unknown commit {base!r} in {path}") from None
 

@@ -20,6 +20,7 @@ REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks
 ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
 EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
 LEDGER, PLAN = "batch.jsonl", "batch.json"  # a batch's memory and its request, beside its jobs
+PREDICTIONS = "predictions.jsonl"  # `check --predictions`: the patches its jobs grade, as they were read
 RUNNING = ".running"  # in a job's folder, locked by the live process writing it
 MAX_SLUG = 60
 

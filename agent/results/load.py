@@ -36,7 +36,7 @@ class RunFolder:
     def summary(self) -> BatchSummary:
         """The summary summary.json holds: the one every view shows."""
         return summarize(self.records, run_id=self.run_dir.name, samples=self.plan.samples or None,
-                         planned=[(j.key, j.model) for j in self.plan.jobs])
+                         planned=[(j.key, j.model) for j in self.plan.jobs], baseline=self.plan.baseline)
 
 
 def load_run(run_dir: Path) -> RunFolder:

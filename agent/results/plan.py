@@ -15,7 +15,7 @@ from agent.options import RunOptions
 from agent.results.layout import PLAN
 from agent.util.files import read_json, write_json
 
-__all__ = ["PLAN", "Plan", "PlannedJob", "read_plan"]
+__all__ = ["PLAN", "Plan", "PlannedJob", "Subset", "read_plan"]
 
 
 class PlannedJob(BaseModel):
@@ -23,6 +23,18 @@ class PlannedJob(BaseModel):
     task: str
     model: str  # the spec as the user wrote it
     sample: int
+
+
+class Subset(BaseModel):
+    """Which tasks of the set a batch runs (`--filter`, `--tasks`, `--shuffle --seed`, `--slice`, applied
+    in that order) and the ids they chose: `--resume` runs these, even if the set has changed since."""
+
+    filter: str | None = None  # a regular expression a task id must contain a match of
+    tasks: list[str] | None = None
+    shuffle: bool = False
+    seed: int | None = None
+    slice: str | None = None  # "START:STOP", Python's slice of the (shuffled) list
+    chosen: list[str] = []
 
 
 class Plan(BaseModel):
@@ -35,6 +47,9 @@ class Plan(BaseModel):
     options: RunOptions = RunOptions()
     created: float = 0.0
     jobs: list[PlannedJob] = []
+    subset: Subset | None = None  # None: every task of the set
+    baseline: str | None = None  # the free contestant every other is measured against (rules), if any
+    predictions: list[str] = []  # `check --predictions`: the files read, absolute; their records are in PREDICTIONS
 
     @classmethod
     def read(cls, path: Path) -> "Plan":

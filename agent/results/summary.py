@@ -16,6 +16,10 @@ Definitions (the ones the tables print):
   only then); never recomputed here from point estimates.
 - wall: the real time from the first job's start to the last job's end; "job time" is the
   sum of the jobs' times (with N workers, up to N times the wall).
+- margin over the baseline (the free `rules` contestant a batch adds): per task, a contestant's
+  best correct speedup over the baseline's (a contestant with no correct change counts 1x: the
+  code as it was), and its Opt minus the baseline's; per model, the geometric mean of the task
+  ratios and the difference of the Opt@K rates over the tasks both ran.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class ModelSummary(BaseModel):
     commands_s: float
     overhead_s: float
     overhead_per_job_s: float | None
+    vs_baseline: float | None = None  # geometric mean over tasks of the best speedup over the baseline's
+    opt_vs_baseline: float | None = None  # Opt@K minus the baseline's, over the tasks both ran
 
 
 class TaskRow(BaseModel):
@@ -83,6 +89,8 @@ class TaskRow(BaseModel):
     cost_usd: float
     statuses: dict[str, int]
     outcomes: dict[str, int] = {}  # `outcome` of each job: pass, fail, no change, error_max_turns, failed, ...
+    vs_baseline: float | None = None  # best speedup over the baseline's on this task (both 1x without a change)
+    opt_vs_baseline: int | None = None  # Opt (0/1) minus the baseline's: -1, 0 or 1
 
 
 class BatchSummary(BaseModel):
@@ -94,6 +102,7 @@ class BatchSummary(BaseModel):
     samples: int  # K
     opt_threshold: float = OPT_THRESHOLD
     opt_min_speedup: float = OPT_MIN_SPEEDUP
+    baseline: str | None = None  # the contestant the margins are taken over
     models: list[ModelSummary]
     tasks: list[TaskRow]
     jobs: list[JobRecord]
@@ -109,8 +118,9 @@ class BatchSummary(BaseModel):
 
 
 def summarize(records: Sequence[JobRecord], *, run_id: str, samples: int | None = None,
-              planned: Sequence[tuple[str, str]] = ()) -> BatchSummary:
-    """The summary of a run from its job records (last state per job). `planned`: (key, model) of every job."""
+              planned: Sequence[tuple[str, str]] = (), baseline: str | None = None) -> BatchSummary:
+    """The summary of a run from its job records (last state per job). `planned`: (key, model) of every job;
+    `baseline`: the contestant the others' margins are taken over."""
     k = samples or max((r.sample + 1 for r in records), default=1)
     by_model: dict[str, list[JobRecord]] = defaultdict(list)
     for r in records:
@@ -123,11 +133,42 @@ def summarize(records: Sequence[JobRecord], *, run_id: str, samples: int | None 
             by_model.setdefault(model, [])
     models = [_model_summary(m, rs, k, pending[m]) for m, rs in by_model.items()]
     tasks = [_task_row(t, m, rs) for (t, m), rs in _group(records, lambda r: (r.task, r.model)).items()]
+    if baseline is not None and baseline in by_model:
+        models, tasks = _margins(baseline, models, tasks, by_model)
     ran = [r for r in records if r.status != "skipped"]
-    return BatchSummary(run_id=run_id, generated_at=time.time(), samples=k, models=models,
+    return BatchSummary(run_id=run_id, generated_at=time.time(), samples=k, models=models, baseline=baseline,
                         tasks=sorted(tasks, key=lambda t: (t.task, t.model)),
                         jobs=sorted(records, key=lambda r: r.key), wall_s=wall_span(ran),
                         job_s=sum(r.wall_s for r in ran), failed=sum(r.failure for r in records))
+
+
+def _margins(baseline: str, models: list[ModelSummary], tasks: list[TaskRow],
+             by_model: dict[str, list[JobRecord]]) -> tuple[list[ModelSummary], list[TaskRow]]:
+    """Every contestant's margin over `baseline`, per task and per model (see the module's definitions)."""
+    base = {t.task: t for t in tasks if t.model == baseline}
+    rows = []
+    for t in tasks:
+        b = base.get(t.task)
+        if b is None or t.model == baseline or not t.jobs or not b.jobs:
+            rows.append(t)
+            continue
+        measured = t.best_speedup is not None or b.best_speedup is not None or _measured(by_model, t, b)
+        ratio = (t.best_speedup or 1.0) / (b.best_speedup or 1.0) if measured else None
+        opt = int(t.opt) - int(b.opt) if t.opt is not None and b.opt is not None else None
+        rows.append(t.model_copy(update={"vs_baseline": ratio, "opt_vs_baseline": opt}))
+    out = []
+    for m in models:
+        mine = [r for r in rows if r.model == m.model and r.task in base and m.model != baseline]
+        ratios = [r.vs_baseline for r in mine if r.vs_baseline is not None]
+        opts = [r.opt_vs_baseline for r in mine if r.opt_vs_baseline is not None]
+        out.append(m.model_copy(update={"vs_baseline": geometric_mean(ratios),
+                                        "opt_vs_baseline": sum(opts) / len(opts) if opts else None}))
+    return out, rows
+
+
+def _measured(by_model: dict[str, list[JobRecord]], *rows: TaskRow) -> bool:
+    """Whether any job of these (task, model) rows had its speed measured (a perf verdict)."""
+    return any(r.perf_verdict is not None for t in rows for r in by_model.get(t.model, []) if r.task == t.task)
 
 
 def _group(records: Iterable[JobRecord], key) -> dict[Any, list[JobRecord]]:

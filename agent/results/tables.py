@@ -69,6 +69,24 @@ def task_rows(s: BatchSummary) -> list[tuple[str, ...]]:
             for t in s.tasks]
 
 
+def _margin_cell(ratio: float | None, opt: float | None, baseline: bool) -> str:
+    """"1.52x, Opt +1": the speedup ratio over the baseline and the Opt difference; "baseline" on its own row."""
+    if baseline:
+        return "baseline"
+    parts = [] if ratio is None else [f"{ratio:.3g}x"]
+    parts += [] if opt is None else [f"Opt {opt:+.2g}"]
+    return ", ".join(parts) or "-"
+
+
+def _with_margins(s: BatchSummary, cols: tuple[str, ...], rows: list[tuple[str, ...]],
+                  of: list[ModelSummary] | list[TaskRow]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The columns and rows with a "vs <baseline>" column, when the batch had a baseline."""
+    if s.baseline is None:
+        return cols, rows
+    cells = [_margin_cell(x.vs_baseline, x.opt_vs_baseline, x.model == s.baseline) for x in of]
+    return (*cols, f"vs {s.baseline}"), [(*row, cell) for row, cell in zip(rows, cells)]
+
+
 def _outcomes_cell(t: TaskRow) -> str:
     """"1 pass, 1 error_max_turns": what each of the task's jobs came to (`outcome`)."""
     counts = t.outcomes or t.statuses  # a summary.json written before outcomes were kept
@@ -78,10 +96,11 @@ def _outcomes_cell(t: TaskRow) -> str:
 def sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
     rate = f", {s.jobs_per_minute:.2f} jobs/min" if s.jobs_per_minute else ""
     times = f" (wall {_secs(s.wall_s)} from the first job's start to the last one's end; job time {_secs(s.job_s)})"
-    return [(f"batch {s.run_id}: results per model (Opt@K with K={s.samples})", QUALITY_COLUMNS, quality_rows(s)),
+    return [(f"batch {s.run_id}: results per model (Opt@K with K={s.samples})",
+             *_with_margins(s, QUALITY_COLUMNS, quality_rows(s), s.models)),
             (f"batch {s.run_id}: spend per model{times if s.wall_s is not None else ''}{rate}", SPEND_COLUMNS,
              spend_rows(s)),
-            ("per task", TASK_COLUMNS, task_rows(s))]
+            ("per task", *_with_margins(s, TASK_COLUMNS, task_rows(s), s.tasks))]
 
 
 def summary_tables(s: BatchSummary) -> list[Table]:
@@ -108,7 +127,9 @@ def summary_markdown(s: BatchSummary) -> str:
              "submitted nothing. \"of ref. gain\": mean (s - 1) / (s_ref - 1) over jobs significantly faster whose "
              "reference was significantly faster too (n of them). \"wall\": first job start to last job end; "
              "\"job time\": the jobs' times summed. Overhead: job time outside model calls and the target's "
-             "commands.", ""]
+             "commands." + (f" \"vs {s.baseline}\": the best correct speedup over {s.baseline}'s (no correct change "
+                            "counts 1x), per task and as a geometric mean over tasks, and the Opt difference."
+                            if s.baseline else ""), ""]
     for title, cols, rows in sections(s):
         lines += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]

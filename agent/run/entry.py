@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.markup import escape
 
-from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, AgentError, make_agent, split_spec
+from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, PREDICTION, AgentError, make_agent, split_spec
 from agent.checks import CheckError, TaskBroken
 from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
@@ -31,6 +31,7 @@ from agent.run.names import BadName, check_job, check_run_id
 from agent.task import TaskError
 
 if TYPE_CHECKING:
+    from agent.results.predictions import Prediction
     from agent.run.runner import RunResult
 
 EXIT_BAD_INPUT = 2
@@ -106,7 +107,14 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
     kwargs = {"out_dir": Path(request.out_dir), "run_id": request.run_id or new_run_id(), "job": request.job,
               "prices": opts.price_table(), "limits": opts.limits(task), "lock_dir": opts.lock_dir,
               "keep_workspace": opts.keep_workspace}
-    if agent_name == OWN_AGENT:
+    if agent_name == PREDICTION:
+        from agent.run.prediction import grade_prediction
+
+        prediction = _prediction(request, task.id, model_spec)
+        label = f"{PREDICTION} · {model_spec}"
+        run = partial(grade_prediction, task, prediction, out_dir=Path(request.out_dir), run_id=kwargs["run_id"],
+                      job=request.job, lock_dir=opts.lock_dir, keep_workspace=opts.keep_workspace)
+    elif agent_name == OWN_AGENT:
         model = make_model(model_spec or "rules", base_url=opts.base_url, stream=opts.stream, task=task)
         require_sandbox([model_spec], opts.allow_unsandboxed)
         label, run = model.name, partial(run_task, task, model, **kwargs)
@@ -142,6 +150,25 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
                   highlight=False)
         return signal_exit_code(result.outcome.interrupted) if result.outcome.interrupted else 1
     return 0
+
+
+def _prediction(request: RunRequest, task_id: str, name: str) -> "Prediction":
+    """The prediction a job of `check --predictions` grades: sample k of (task, name) in its run's copy of
+    the predictions file."""
+    from agent.results.layout import PREDICTIONS, split_key
+    from agent.results.predictions import PredictionsError, by_attempt, read_predictions
+
+    if request.run_id is None:
+        raise UserError("a prediction is graded inside a run: use perfagent check SET --predictions FILE")
+    path = Path(request.out_dir) / "results" / request.run_id / PREDICTIONS
+    try:
+        attempts = by_attempt(read_predictions([path])).get((task_id, name), [])
+    except PredictionsError as e:
+        raise UserError(str(e)) from None
+    k = split_key(request.job or task_id).sample
+    if k >= len(attempts):
+        raise UserError(f"{path}: no prediction {k + 1} of {name!r} for {task_id!r}")
+    return attempts[k]
 
 
 def require_sandbox(specs: list[str], allowed: bool) -> None:

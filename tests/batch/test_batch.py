@@ -108,7 +108,7 @@ def e2e(tmp_path_factory):
         root, tasks, models = build_project(root)
         with machine_share(exclusive=True):  # the batch measures its jobs: alone under pytest -n
             code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",
-                         "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet"])
+                         "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet", "--no-baseline"])
         yield root, tasks, models, code
 
 
@@ -269,7 +269,7 @@ def test_kill_9_then_resume_gives_one_result_per_job(project):
     root, tasks, models = project
     argv = [sys.executable, "-m", "agent.cli", "batch", str(tasks / "t2.toml"), "--models",
             f"{models['slow']},{models['good']}", "--samples", "2", "--workers", "2", "--run-id", "k", "--out", "out",
-            "--quiet"]
+            "--quiet", "--no-baseline"]
     run_dir = root / "out/results/k"
     proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

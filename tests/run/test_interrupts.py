@@ -215,7 +215,7 @@ def test_kill_9_of_a_batch_leaves_no_process_and_resume_starts_at_once(tmp_path)
                          [call("submit", summary="cheaper")])
     run_env = env(tmp_path, PATH=no_bwrap_path(tmp_path))
     argv = [sys.executable, "-m", "agent.cli", "batch", str(tmp_path / "t.toml"), "--models", model,
-            "--run-id", "k", "--out", "out", "--quiet"]
+            "--run-id", "k", "--out", "out", "--quiet", "--no-baseline"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     try:

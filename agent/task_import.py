@@ -1,0 +1,620 @@
+"""Tasks in: the instance records of GSO and SWE-bench (JSON lines) as perfagent task files.
+
+`import_record` is the mapping, one record at a time: the task's TOML text and the files that go
+beside it, nothing written. `import_records` is the edge: it reads the records file, writes each
+task with its files, and holds every one to the validator (`load_task`, `check_task_base`); a
+record that fails is removed again and reported by name, and the others are still written.
+
+What a task file cannot say is never dropped silently: every field of a record that is not mapped,
+and every install command that is not, is named in the task's comments with the reason.
+
+Beside `<out>/<id>.toml` go `<out>/<id>/` (the scripts the task's commands run: the task's `read`
+folder, shown read-only in every sandbox, the agent's included) and `<out>/<id>.reference.diff` (the
+gold patch, which no sandbox shows). The commands name their scripts by absolute path, since they run
+in the checkout: import again after moving the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.env.workspace import PatchError, check_task_base, patch_paths
+from agent.task import TaskError, load_task
+
+FORMATS = ("gso", "swebench")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+GSO_METRIC = "gso_time_s"
+
+
+class RecordsError(Exception):
+    """The records file cannot be read at all (missing, a malformed line): one line, nothing written."""
+
+
+class RecordError(Exception):
+    """One record that cannot become a task; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """One record as a task: its id, the task file's text, and the files beside it (paths relative to
+    the output folder -> text)."""
+
+    id: str
+    task: str
+    files: dict[str, str]
+    unmapped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportResult:
+    written: list[Path] = field(default_factory=list)  # the task files, each valid
+    failed: list[str] = field(default_factory=list)  # one line per record that was not imported
+    records: int = 0
+
+
+# -- reading ------------------------------------------------------------------------------------
+def read_records(path: Path) -> list[tuple[int, dict]]:
+    """(line number, record) for every non-blank line; RecordsError on the first that is not a JSON object."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordsError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordsError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordsError(f"{path}: line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            raise RecordsError(f"{path}: line {n}: not a JSON object (a {type(record).__name__})")
+        out.append((n, record))
+    if not out:
+        raise RecordsError(f"{path}: no records")
+    return out
+
+
+def _str(record: dict, name: str, *, required: bool = True) -> str:
+    value = record.get(name)
+    if value is None:
+        if required:
+            raise RecordError(f"{name}: missing")
+        return ""
+    if not isinstance(value, str):
+        raise RecordError(f"{name}: must be a string, not {type(value).__name__}")
+    if required and not value.strip():
+        raise RecordError(f"{name}: empty")
+    return value
+
+
+def _str_list(record: dict, name: str) -> list[str]:
+    """A list of strings, given as a list or (as the published datasets store some) a JSON-encoded one."""
+    value = record.get(name)
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise RecordError(f"{name}: a string that is not a JSON-encoded list") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{name}: must be a list of strings")
+    return value
+
+
+def _patch_paths(text: str, name: str) -> list[str]:
+    try:
+        return patch_paths(text)
+    except PatchError as e:
+        raise RecordError(f"{name}: not a patch git can read ({e})") from None
+
+
+# -- the repository -------------------------------------------------------------------------------
+def resolve_repo(repo: str, repos: Path | None) -> str:
+    """A record's `repo` (owner/name, or a git URL) as the task's `repo`: with `repos`, the local mirror
+    repos/<owner>__<name>, else repos/<name> (first found); without, the URL (owner/name is GitHub's)."""
+    repo = repo.strip()
+    url = "://" in repo or repo.startswith("git@")
+    if not url and not _OWNER_NAME.match(repo):
+        raise RecordError(f"repo: {repo!r} is neither owner/name nor a git URL")
+    if repos is None:
+        return repo if url else f"https://github.com/{repo}"
+    parts = re.split(r"[/:]", repo.removesuffix("/").removesuffix(".git"))
+    owner, name = parts[-2], parts[-1]
+    tried = [repos / f"{owner}__{name}", repos / name]
+    for folder in tried:
+        if folder.is_dir():
+            return str(folder.resolve())
+    raise RecordError(f"repo: no mirror of {owner}/{name} in {repos} (looked for {', '.join(p.name for p in tried)})")
+
+
+# -- TOML, written by hand: strings, lists of strings, numbers ----------------------------------------
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # tab and newline stay
+
+
+def toml_str(s: str) -> str:
+    """A TOML string: basic on one line, multi-line basic (readable) for text with newlines."""
+    if "\n" not in s:
+        return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+    body = s.replace("\\", "\\\\").replace('"""', '""\\"')
+    body = _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
+    return '"""\n' + body + ("" if body.endswith("\n") else "\n") + '"""'
+
+
+def toml_list(items: list[str]) -> str:
+    one = "[" + ", ".join(toml_str(i) for i in items) + "]"
+    if len(one) <= 100:
+        return one
+    return "[\n" + "".join(f"    {toml_str(i)},\n" for i in items) + "]"
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- one record -> one task --------------------------------------------------------------------------
+@dataclass
+class _Draft:
+    """What the mappers fill in; `render` turns it into the task file."""
+
+    header: list[str]
+    top: dict[str, str]  # key -> TOML value, in order
+    tables: dict[str, dict[str, str]]
+    files: dict[str, str]
+    unmapped: list[str]
+
+    def render(self) -> str:
+        lines = [f"# {h}" for h in self.header]
+        lines += [f"# not mapped: {_comment(u)}" for u in self.unmapped]
+        lines += [f"{k} = {v}" for k, v in self.top.items()]
+        for name, table in self.tables.items():
+            if table:
+                lines += ["", f"[{name}]", *(f"{k} = {v}" for k, v in table.items())]
+        return "\n".join(lines) + "\n"
+
+
+def import_record(record: dict, fmt: str, *, out: Path, repos: Path | None = None, source: str = "") -> Imported:
+    """The task for one record of `fmt` ("gso" or "swebench"), its files to be written under `out`
+    (which the task's commands name by absolute path); RecordError when the record cannot be one."""
+    if fmt not in FORMATS:
+        raise RecordError(f"unknown format {fmt!r}")
+    task_id = _str(record, "instance_id")
+    if not _ID.match(task_id):
+        raise RecordError(f"instance_id: {task_id!r} cannot be a task id ([A-Za-z0-9][A-Za-z0-9._-]*)")
+    draft = (_gso if fmt == "gso" else _swebench)(record, task_id, out.resolve(), repos, source)
+    return Imported(id=task_id, task=draft.render(), files=draft.files, unmapped=draft.unmapped)
+
+
+def _unknown(record: dict, known: set[str], fmt: str) -> list[str]:
+    return [f"{k} (not a field of the published {fmt} records)" for k in record if k not in known]
+
+
+def _head(fmt: str, task_id: str, source: str) -> list[str]:
+    return [f"Imported by `perfagent tasks import --format {fmt}` from {source or 'a record'}: instance {task_id}.",
+            f"Beside it: {task_id}/ (the scripts its commands run; its `read` folder, which every sandbox shows, "
+            f"the agent's too) and {task_id}.reference.diff (the gold patch, which no sandbox shows)."]
+
+
+def _common(record: dict, task_id: str, repos: Path | None, gold: str, gold_field: str) -> tuple[dict, dict]:
+    """top-level keys and the [reference] table shared by both formats."""
+    repo = resolve_repo(_str(record, "repo"), repos)
+    base = _str(record, "base_commit").strip()
+    top = {"id": toml_str(task_id), "title": "", "repo": toml_str(repo), "base": toml_str(base)}
+    reference = {}
+    if gold.strip():
+        _patch_paths(gold, gold_field)
+        reference["patch"] = toml_str(f"{task_id}.reference.diff")
+    return top, reference
+
+
+# GSO: https://github.com/gso-bench/gso (the harness README lists the fields; build_dataset.py writes them)
+GSO_FIELDS = {"instance_id", "repo", "base_commit", "opt_commit", "api", "prob_script", "tests", "hints_text",
+              "setup_commands", "install_commands", "created_at", "gt_commit_message", "gt_diff", "arch",
+              "instance_image_tag"}
+_GSO_WHY = {
+    "opt_commit": "the expert commit; its diff, gt_diff, is the reference patch",
+    "hints_text": "the expert commit's message: the answer, which GSO does not show the agent either",
+    "gt_commit_message": "the expert commit's message: the answer",
+    "created_at": "when the expert commit was made",
+    "arch": "the machine GSO ran it on: perfagent measures on this one",
+    "instance_image_tag": "GSO's Docker image: perfagent runs the checkout in its own sandbox",
+    "setup_commands": "the machine's own set-up (system packages, tools): do it on this machine before a run",
+}
+
+
+def _install_step(cmd: str) -> tuple[str, str | None]:
+    """("venv", None): a `[setup] venv` command; ("python", version) from `uv venv --python X`; or
+    ("skip", why) for a command perfagent does itself or cannot run where venv commands run."""
+    words = cmd.split()
+    first = words[0] if words else ""
+    if re.match(r"^(uv venv|python3?(\.\d+)? -m venv|virtualenv)\b", cmd):
+        m = re.search(r"--python[ =](\S+)", cmd)
+        if m and "uv venv" in cmd:
+            version = m.group(1)
+            return "python", version if not re.fullmatch(r"\d+(\.\d+)*", version) else f"python{version}"
+        return "skip", "perfagent makes the venv itself, from [setup] python"
+    if first in ("source", ".") and "activate" in cmd:
+        return "skip", "perfagent's venv is the active one in every command"
+    if re.match(r"^(which python|python3? --version|(uv )?pip (show|list|freeze))\b", cmd):
+        return "skip", "only prints"
+    checkout = (first in ("git", "cd", "make", "cmake", "cargo", "maturin") or first.startswith("./")
+                or "setup.py" in cmd or any(w in ("-r", "--requirement") or w.startswith("-r") for w in words[1:])
+                or any(w in (".", "-e.") or w.startswith((".[", "./")) for w in words[1:]))
+    if checkout:
+        return "skip", ("builds or installs the checkout itself: venv commands run once per machine in the task's "
+                        "folder, and the checks import the package from the checkout's source instead (PYTHONPATH), "
+                        "so a package that must be compiled is not supported")
+    return "venv", None
+
+
+_GSO_RUNNER = '''"""Written by `perfagent tasks import` for GSO instance {id}: GSO's performance tests as this
+task's checks. Each script in SCRIPTS defines run_test(eqcheck, reference, file_prefix) -> seconds, as GSO's
+harness calls it.
+
+check: each test's result on the unchanged base ({base}) is stored first, from that commit's source (`git
+archive`, in a separate process, memory not poisoned), then the checkout's code runs the test again with eqcheck
+against it, in this process (where the harness's instruments see it). A test that fails prints `FAILED <name> -
+<why>`; exit 1.
+perf: each test once, neither flag; prints {{"metric": "{metric}", "value": <the sum of their seconds>, "unit": "s"}}.
+"""
+
+import io
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tarfile
+import tempfile
+import timeit
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BASE = {base!r}
+SCRIPTS = {scripts!r}
+# GSO's scripts time with timeit and take (seconds, return value) back: the template its harness sets.
+TEMPLATE = """
+def inner(_it, _timer{{init}}):
+    {{setup}}
+    _t0 = _timer()
+    for _i in _it:
+        retval = {{stmt}}
+    _t1 = _timer()
+    return _t1 - _t0, retval
+"""
+
+
+def run_test(name, eqcheck=False, reference=False, prefix=""):
+    timeit.template = TEMPLATE
+    scope = runpy.run_path(os.path.join(HERE, name), run_name="gso_test")
+    return float(scope["run_test"](eqcheck, reference, prefix))
+
+
+def base_tree(work):
+    """The base commit's source, for the reference results."""
+    tree = os.path.join(work, "base")
+    os.makedirs(tree)
+    env = {{**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}}
+    data = subprocess.run(["git", "archive", "--format=tar", BASE], capture_output=True, env=env, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tree, filter="data")
+        else:
+            tar.extractall(tree)
+    return tree
+
+
+def last_line(text):
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def check():
+    work = tempfile.mkdtemp(prefix="gso-check-")
+    try:
+        tree = base_tree(work)
+    except (subprocess.CalledProcessError, OSError, tarfile.TarError) as e:
+        print(f"FAILED base - cannot read the base commit {{BASE}} from git: {{e}}")
+        return 1
+    here = os.path.realpath(os.getcwd())
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = [tree, *(p for p in path if os.path.realpath(p) != here)]
+    # the base runs clean: no poisoned memory, nothing recorded (the harness's settings stay with this process)
+    env = {{k: v for k, v in os.environ.items() if not k.startswith("PERFAGENT_") or k == "PERFAGENT_READ"}}
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    failed = 0
+    for i, name in enumerate(SCRIPTS):
+        prefix = os.path.join(work, f"gso_{{i}}")
+        ref = subprocess.run([sys.executable, os.path.abspath(__file__), "reference", name, prefix], cwd=work,
+                             env=env, capture_output=True, text=True)
+        if ref.returncode != 0:
+            print(ref.stdout + ref.stderr)
+            print(f"FAILED {{name}} - the unchanged base could not store its result: {{last_line(ref.stderr)}}")
+            failed += 1
+            continue
+        try:
+            seconds = run_test(name, eqcheck=True, prefix=prefix)
+        except Exception as e:  # noqa: BLE001 - any failure of the test is the verdict
+            traceback.print_exc()
+            print(f"FAILED {{name}} - {{type(e).__name__}}: {{e}}")
+            failed += 1
+        else:
+            print(f"PASSED {{name}} ({{seconds:.6f}} s)")
+    print(f"{{len(SCRIPTS) - failed}} passed, {{failed}} failed")
+    return 1 if failed else 0
+
+
+def perf():
+    work = tempfile.mkdtemp(prefix="gso-perf-")
+    total = sum(run_test(name, prefix=os.path.join(work, f"gso_{{i}}")) for i, name in enumerate(SCRIPTS))
+    print(json.dumps({{"metric": "{metric}", "value": total, "unit": "s"}}))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["reference"]:
+        run_test(sys.argv[2], reference=True, prefix=sys.argv[3])
+        sys.exit(0)
+    sys.exit({{"check": check, "perf": perf}}[sys.argv[1]]())
+'''
+
+
+def _gso(record: dict, task_id: str, out: Path, repos: Path | None, source: str) -> _Draft:
+    gold = _str(record, "gt_diff", required=False)
+    top, reference = _common(record, task_id, repos, gold, "gt_diff")
+    prob = _str(record, "prob_script", required=False)
+    tests = _str_list(record, "tests")
+    api = _str(record, "api", required=False).strip()
+    if not tests and not prob.strip():
+        raise RecordError("neither tests nor prob_script: nothing to check or measure")
+    unmapped = [f"{k} ({why})" for k, why in _GSO_WHY.items() if k in record]
+    unmapped += _unknown(record, GSO_FIELDS, "GSO")
+    if not gold.strip():
+        unmapped.append("gt_diff (empty: the task has no reference patch)")
+
+    folder = out / task_id
+    files: dict[str, str] = {}
+    if tests:
+        scripts = [f"gso_test_{i}.py" for i in range(len(tests))]
+        files |= {f"{task_id}/{s}": t for s, t in zip(scripts, tests)}
+        if prob.strip():
+            files[f"{task_id}/prob_script.py"] = prob
+    else:
+        scripts = ["prob_script.py"]
+        files[f"{task_id}/prob_script.py"] = prob
+    base = _str(record, "base_commit").strip()
+    files[f"{task_id}/gso_run.py"] = _GSO_RUNNER.format(id=task_id, base=base, scripts=scripts, metric=GSO_METRIC)
+    runner = shlex.quote(str(folder / "gso_run.py"))
+
+    python, venv = None, []
+    for cmd in _str_list(record, "install_commands"):
+        kind, what = _install_step(cmd.strip())
+        if kind == "python":
+            python = what
+        elif kind == "venv":
+            venv.append(cmd.strip())
+        elif cmd.strip():
+            unmapped.append(f"install_commands: `{cmd.strip()}` ({what})")
+
+    shown = prob if prob.strip() else tests[0]
+    repo_name = _str(record, "repo").strip()
+    title = f"{repo_name}: speed up {api}" if api else f"{repo_name}: speed up the workload of GSO's performance test"
+    top["title"] = toml_str(title)
+    prompt = (f"Make this workload of {repo_name} run faster" + (f" (the API: `{api}`)" if api else "")
+              + ", with results that stay identical. The script shows the usage; what `run_test` times is "
+              "what counts.\n\n```python\n" + shown.rstrip() + "\n```\n\n"
+              "Improve the repository's code for this kind of usage in general, not only for these inputs. "
+              f"Measure with `python {runner} perf` (metric `{GSO_METRIC}`, seconds, lower is better); "
+              f"`python {runner} check` compares every test's result with the unchanged base's.\n")
+    top["prompt"] = toml_str(prompt)
+    top["read"] = toml_list([task_id])
+    setup = {}
+    if python:
+        setup["python"] = toml_str(python)
+    if venv:
+        setup["venv"] = toml_list(venv)
+    header = _head("gso", task_id, source) + [
+        f"[correctness] runs GSO's tests ({', '.join(scripts)}) with their equivalence check against the base's "
+        "results; [perf] sums their times."]
+    tables = {
+        "setup": setup,
+        "correctness": {"command": toml_str(f"python {runner} check")},
+        "perf": {"command": toml_str(f"python {runner} perf"), "metric": toml_str(GSO_METRIC),
+                 "direction": toml_str("lower")},
+        "reference": reference,
+    }
+    if gold.strip():
+        files[f"{task_id}.reference.diff"] = gold
+    return _Draft(header, top, tables, files, unmapped)
+
+
+# SWE-bench: https://huggingface.co/datasets/princeton-nlp/SWE-bench (the dataset card lists the fields)
+SWEBENCH_FIELDS = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text",
+                   "created_at", "version", "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit"}
+_SWE_WHY = {
+    "hints_text": "comments on the issue before the fix; SWE-bench's prompts leave them out",
+    "created_at": "when the pull request was made",
+    "version": "SWE-bench's harness builds the environment from its own specs per repo and version: set "
+               "[setup] python to an interpreter with the repo's dependencies",
+    "environment_setup_commit": "the commit SWE-bench installs the environment from: see version",
+}
+
+_SWE_CHECK = '''"""Written by `perfagent tasks import` for SWE-bench instance {id}: runs the instance's tests
+with pytest, in this process (where the harness's instruments see them), on the test files their ids name.
+
+Every test in FAIL_TO_PASS and PASS_TO_PASS must pass (or xfail), except on the unchanged base ({base}, with
+only the task's setup applied: the test patch), where FAIL_TO_PASS tests fail by definition and only
+PASS_TO_PASS must. A required test that did not pass prints `FAILED <id> - <why>`; exit 1.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+BASE = {base!r}
+FAIL_TO_PASS = {f2p!r}
+PASS_TO_PASS = {p2p!r}
+SETUP_PATHS = {setup_paths!r}  # what the task's setup (the test patch) changes: never the candidate's change
+
+
+def git(*args):
+    env = {{**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}}
+    return subprocess.run(["git", *args], capture_output=True, text=True, env=env)
+
+
+def unchanged_base():
+    """HEAD is the base commit and no tracked file differs from it but those the setup changes."""
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0 or head.stdout.strip() != git("rev-parse", BASE + "^{{commit}}").stdout.strip():
+        return False
+    diff = git("diff", "--name-only", "--no-ext-diff", "--no-textconv", BASE, "--", ".",
+               *(":(exclude,literal)" + p for p in SETUP_PATHS))
+    return diff.returncode == 0 and not diff.stdout.strip()
+
+
+class Outcomes:
+    def __init__(self):
+        self.seen = {{}}
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.seen[report.nodeid] = f"failed ({{report.when}})"
+        elif report.skipped:
+            xfail = hasattr(report, "wasxfail")
+            self.seen.setdefault(report.nodeid, "passed" if xfail else "skipped")
+        elif report.when == "call":
+            self.seen.setdefault(report.nodeid, "passed")
+
+
+def main():
+    base = unchanged_base()
+    required = PASS_TO_PASS if base else FAIL_TO_PASS + PASS_TO_PASS
+    files = list(dict.fromkeys(t.split("::")[0] for t in FAIL_TO_PASS + PASS_TO_PASS))
+    outcomes = Outcomes()
+    pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *files], plugins=[outcomes])
+    failed = [(t, outcomes.seen.get(t, "not run: no such test")) for t in required
+              if outcomes.seen.get(t) != "passed"]
+    for test, why in failed:
+        print(f"FAILED {{test}} - {{why}}")
+    if base:
+        print("the unchanged base: FAIL_TO_PASS tests are not required here (they fail by definition)")
+    print(f"{{len(required) - len(failed)}} of {{len(required)}} required test(s) passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source: str) -> _Draft:
+    gold = _str(record, "patch", required=False)
+    top, reference = _common(record, task_id, repos, gold, "patch")
+    statement = _str(record, "problem_statement")
+    f2p, p2p = _str_list(record, "FAIL_TO_PASS"), _str_list(record, "PASS_TO_PASS")
+    if not f2p and not p2p:
+        raise RecordError("FAIL_TO_PASS and PASS_TO_PASS: both empty, nothing to check")
+    test_patch = _str(record, "test_patch", required=False)
+    setup_paths = _patch_paths(test_patch, "test_patch") if test_patch.strip() else []
+    unmapped = [f"{k} ({why})" for k, why in _SWE_WHY.items() if k in record]
+    unmapped += _unknown(record, SWEBENCH_FIELDS, "SWE-bench")
+    if not gold.strip():
+        unmapped.append("patch (empty: the task has no reference patch)")
+    odd = [t for t in f2p + p2p if not t.split("::")[0].endswith(".py")]
+    if odd:
+        unmapped.append(f"test ids that are not pytest node ids (path.py::name), which pytest will not find: "
+                        f"{', '.join(odd[:5])}{' ...' if len(odd) > 5 else ''}")
+
+    folder = out / task_id
+    base = _str(record, "base_commit").strip()
+    files = {f"{task_id}/swe_check.py": _SWE_CHECK.format(id=task_id, base=base, f2p=f2p, p2p=p2p,
+                                                          setup_paths=setup_paths)}
+    first = next((ln.strip() for ln in statement.splitlines() if ln.strip()), task_id)
+    top["title"] = toml_str(first[:100])
+    top["prompt"] = toml_str(statement.rstrip() + f"\n\n(SWE-bench instance {task_id}: resolve the issue above. "
+                             "The checks apply the instance's test patch and run its FAIL_TO_PASS and PASS_TO_PASS "
+                             "tests.)\n")
+    top["protected"] = toml_list(setup_paths)
+    top["read"] = toml_list([task_id])
+    setup = {}
+    if test_patch.strip():
+        files[f"{task_id}/test.patch"] = test_patch
+        setup["command"] = toml_str(f"git apply --whitespace=nowarn {shlex.quote(str(folder / 'test.patch'))}")
+    header = _head("swebench", task_id, source) + [
+        "[setup] applies the test patch in every checkout the checks make (the agent's own workspace does not "
+        "get it: SWE-bench hides it too, but it is in the `read` folder); [correctness] runs FAIL_TO_PASS + "
+        "PASS_TO_PASS with pytest; no [perf]: SWE-bench records have no benchmark."]
+    tables = {"setup": setup,
+              "correctness": {"command": toml_str(f"python {shlex.quote(str(folder / 'swe_check.py'))}")},
+              "reference": reference}
+    if gold.strip():
+        files[f"{task_id}.reference.diff"] = gold
+    return _Draft(header, top, tables, files, unmapped)
+
+
+# -- the edge: write, validate, report --------------------------------------------------------------------
+def write_task(imported: Imported, out: Path) -> Path:
+    """Write the task and its files under `out`; validate it (the task schema, its repo and base commit).
+    On TaskError, what was written is removed again and the error raised."""
+    written = []
+    try:
+        for rel, text in imported.files.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+        task_file = out / f"{imported.id}.toml"
+        task_file.write_text(imported.task, encoding="utf-8")
+        written.append(task_file)
+        check_task_base(load_task(task_file))
+    except (TaskError, OSError, UnicodeError):
+        for path in written:
+            path.unlink(missing_ok=True)
+        folder = out / imported.id
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+    return task_file
+
+
+def import_records(path: Path, fmt: str, out: Path, repos: Path | None = None,
+                   on_task: Callable[[Path, Imported], None] = lambda _p, _i: None) -> ImportResult:
+    """Every record of `path` as a task in `out`. RecordsError (nothing written) when the file cannot be
+    read or a line is not a JSON object; a record that cannot be a task is one line in `failed`."""
+    if fmt not in FORMATS:
+        raise RecordsError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if repos is not None and not repos.is_dir():
+        raise RecordsError(f"--repos {repos}: no such folder")
+    records = read_records(path)
+    result = ImportResult(records=len(records))
+    seen: set[str] = set()
+    for n, record in records:
+        name = record.get("instance_id")
+        where = f"{path} line {n}" + (f" ({name})" if isinstance(name, str) and name else "")
+        try:
+            imported = import_record(record, fmt, out=out, repos=repos, source=f"{path.name} line {n}")
+            if imported.id in seen:
+                raise RecordError(f"instance_id: {imported.id} again (an earlier line has it)")
+            seen.add(imported.id)
+            out.mkdir(parents=True, exist_ok=True)
+            task_file = write_task(imported, out)
+        except (RecordError, TaskError) as e:
+            result.failed.append(f"{where}: {e}")
+            continue
+        except (OSError, UnicodeError) as e:
+            result.failed.append(f"{where}: cannot write: {getattr(e, 'strerror', None) or e}")
+            continue
+        result.written.append(task_file)
+        on_task(task_file, imported)
+    return result
