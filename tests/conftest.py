@@ -19,7 +19,8 @@ if not os.environ.get("PERFAGENT_LOCK_DIR"):
 import git  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import machine_share, make_repo  # noqa: E402
+from agent.cli import main  # noqa: E402
+from helpers import Ran, machine_share, make_repo  # noqa: E402
 
 pytest_plugins = ["fakeserver"]  # the fake_server fixture: a provider's wire format on 127.0.0.1
 
@@ -31,6 +32,18 @@ def small_repo(tmp_path: Path) -> git.Repo:
         "tests/test_mod.py": "from pkg.mod import f\n\n\ndef test_f():\n    assert f().sum() == 0\n",
         "README.md": "hello\n",
     })
+
+
+@pytest.fixture
+def perfagent(capsys, monkeypatch):
+    """The CLI's main() in-process (a subprocess costs seconds of imports per call), on a wide terminal."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+    def call(*args: str) -> Ran:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Ran(code, out.out, out.err)
+    return call
 
 
 @pytest.fixture(autouse=True)

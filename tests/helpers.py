@@ -31,6 +31,15 @@ from agent.run.runner import report_of
 from agent.util.files import write_json
 from agent.task import load_task
 
+@dataclass
+class Ran:
+    """What a command line gave back: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 # -- the bundled target ------------------------------------------------------------------------------
 def all_empty(repo: Path) -> int:
     """Turn every torch.zeros in target_repo's init_cuda_graph_state into torch.empty (the naive change,

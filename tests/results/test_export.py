@@ -12,35 +12,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from agent.cli import main
 from agent.results.export import CSV_COLUMNS, SCHEMA
 from agent.results.report import AgentRun, read_report
 from helpers import DIFF, SONNET, Job, make_batch, write_job
 
 KEYS = ("instance_id", "model_name_or_path", "model_patch")
-
-
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def perfagent(capsys):
-    """The CLI's main() in-process (a subprocess costs a second of imports per call)."""
-
-    def call(*args: str) -> Ran:
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Ran(code, out.out, out.err)
-    return call
 
 
 def swebench_read(path: Path) -> list[dict]:

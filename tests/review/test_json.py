@@ -4,29 +4,12 @@ shapes (tests/helpers.py), checked against the summary.json the batch wrote besi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-import pytest
 
-from agent.cli import main
 from agent.review.dump import COMPARE_SCHEMA, REVIEW_SCHEMA
 from helpers import SONNET, Job, default_jobs, make_batch, write_job
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def perfagent(capsys):
-    def call(*args: str) -> Ran:
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Ran(code, out.out, out.err)
-    return call
 
 
 def test_review_json_is_the_run_list_with_summary_json_numbers(tmp_path, perfagent):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from rich.console import Console
 
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import summarize
-from agent.cli import main
 from agent.env.candidate import LeftOut
 from agent.results.layout import model_slug
 from agent.results.ledger import Ledger
@@ -43,23 +41,6 @@ def text_of(results: Results, **kw) -> str:
     return console.export_text()
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def perfagent(capsys, monkeypatch):
-    """The CLI's main() in-process (a subprocess costs seconds of imports per call)."""
-    monkeypatch.setenv("COLUMNS", "250")
-
-    def call(*args: str) -> Ran:
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Ran(code, out.out, out.err)
-    return call
 
 
 # -- loading --------------------------------------------------------------------------------------------
