@@ -364,9 +364,8 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
         subset = _subset(args, plan)
         tasks, subset = choose(every, subset) if subset is not None else (every, None)
         cfg = BatchConfig(run_id=run_id, out_dir=Path(args.out), workers=args.workers,
-                          executor=getattr(args, "executor", "local"),
-                          gpus=[g.strip() for g in args.gpus.split(",") if g.strip()] if getattr(args, "gpus", None)
-                          else None,
+                          executor=args.executor, gpus=[g.strip() for g in args.gpus.split(",") if g.strip()]
+                          if args.gpus else None,
                           resume=args.resume, job_timeout_s=args.job_timeout, quiet=args.quiet,
                           source=str(Path(source).resolve()), options=opts, subset=subset, baseline=baseline,
                           predictions=predictions or [], prediction_files=prediction_files or plan.predictions,
@@ -530,6 +529,8 @@ def _contestant_spec(agent: str, model: str) -> str:
 def _add_set_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """What a run over a task set takes: workers, run id and resume, the baseline, which tasks."""
     p.add_argument("--workers", type=at_least(1), default=2, help="jobs at once")
+    p.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
+    p.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
     p.add_argument("--run-id", default=None,
                    help="results/<run-id>/ folder name (default: a new timestamped id); "
                         "with --resume: the run to continue")
@@ -652,8 +653,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model of the --agent before it (or of our loop)")
     b.add_argument("--samples", type=at_least(1), default=None,
                    help="runs per (task, model): the K of Opt@K (default 1)")
-    b.add_argument("--gpus", default=None, help="local executor: devices to spread jobs over, e.g. 0,1")
-    b.add_argument("--executor", choices=["local", "ray"], default="local", help="ray: RAY_ADDRESS or a local cluster")
     _add_set_flags(b)
     b.add_argument("--seed", type=int, default=None, help="the seed of --shuffle")
     add_run_flags(b, batch=True)

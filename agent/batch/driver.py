@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 from rich.console import Console
 
 from agent.agents import PREDICTION
-from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, RayExecutor, clear_job
+from agent.batch.executors import Executor, ExecutorError, JobSpec, LaunchConfig, LocalExecutor, clear_job
 from agent.batch.plan import extended
 from agent.batch.progress import BatchProgress
 from agent.env.workspace import checked_bases
@@ -183,7 +183,9 @@ def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:
         return LocalExecutor(launch, cfg.workers, cfg.gpus)
     if cfg.executor == "ray":
         if cfg.gpus:
-            raise BatchError("--gpus is for the local executor: Ray gives each job its GPU share itself")
+            raise BatchError("--gpus is for the local executor: under Ray a GPU task's job leases a whole GPU")
+        from agent.batch.ray_executor import RayExecutor
+
         try:
             return RayExecutor(launch, cfg.workers)
         except ExecutorError as e:

@@ -1,11 +1,12 @@
-"""Where batch jobs run: a local pool of job processes, or Ray tasks on a cluster.
+"""Where batch jobs run: a local pool of job processes here, or Ray tasks on a cluster (ray_executor.py).
 
 Every job is one RunRequest (task file, model, the batch's RunOptions, run id, job key, out
 dir), run as `perfagent run --quiet` runs it (agent/run/entry.py) in a process of its own, which
-dies with the batch that started it. Locally it is forked from a warm fork server that has
-already imported the harness (about 3 s less per job); under Ray it is a fresh
-`python -m agent.batch.job <parent-pid> <request JSON>`. A process per job keeps one job's
-crash, memory or stray threads away from the others, and the runner writes every file.
+dies with the batch that started it. It is forked from a warm fork server that has already
+imported the harness (about 3 s less per job): here one per batch, under Ray one per Ray worker
+process (ray_job.py); without one it is a fresh `python -m agent.batch.job <parent-pid> <request JSON>`.
+A process per job keeps one job's crash, memory or stray threads away from the others, and the
+runner writes every file.
 
 Timings stay clean without serialising jobs: the model waits of many jobs overlap freely,
 while the checker takes a per-device lock around each perf measurement (agent/checks/lock.py).
@@ -18,11 +19,10 @@ import queue
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -279,73 +279,6 @@ class LocalExecutor:
                 pool.shutdown(wait=False, cancel_futures=True)
                 stop_all_jobs()
                 raise
-
-
-class RayExecutor:
-    """The same job processes as Ray tasks; files come back through the object store, so
-    `results/` lands on this machine even when the workers have no shared filesystem.
-
-    The workers need the task files, repos and replay files at the same paths (a shared
-    checkout), and the `agent` package installed. On a cluster with GPUs each job gets a
-    share of one (1 / jobs-per-GPU) and Ray sets CUDA_VISIBLE_DEVICES; perf runs on one
-    device still take that node's device lock.
-    """
-
-    name = "ray"
-
-    def __init__(self, cfg: LaunchConfig, workers: int):
-        self.cfg, self.workers = cfg, max(1, workers)
-        try:
-            import ray
-        except ImportError:
-            raise ExecutorError("the ray executor needs Ray, which is not installed here: "
-                                "install perfagent's `ray` extra") from None
-        self.ray = ray
-        env = {k: os.environ[k] for k in PROVIDER_ENV if k in os.environ}
-        try:
-            if not ray.is_initialized():
-                address = os.environ.get("RAY_ADDRESS")
-                local = {} if address else {"num_cpus": max(self.workers, os.cpu_count() or 1)}
-                ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": env} if env else None, **local)
-        except Exception as e:  # noqa: BLE001 — ray raises many kinds; the user needs one line
-            raise ExecutorError(f"could not start or reach a Ray cluster: {type(e).__name__}: {e}") from None
-        self.gpus = int(ray.cluster_resources().get("GPU", 0))
-
-    def gpu_count(self) -> int:
-        return self.gpus
-
-    def run(self, jobs: Sequence[JobSpec], on_start: OnStart, on_finish: OnFinish) -> None:
-        ray = self.ray
-        share = min(1.0, self.gpus / self.workers) if self.gpus else 0
-        remote = ray.remote(_ray_job).options(num_cpus=1, num_gpus=share, max_retries=0)
-        todo, running = list(jobs), {}
-        while todo or running:
-            while todo and len(running) < self.workers:
-                job = todo.pop(0)
-                running[remote.remote(job, self.cfg)] = job
-                on_start(job, None)
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for ref in ready:
-                job = running.pop(ref)
-                try:
-                    rec, files = ray.get(ref)
-                    write_files(Path(self.cfg.out_dir), files)
-                except Exception as e:  # noqa: BLE001 — a lost worker fails one job
-                    rec = job.record("failed", reason=f"ray task failed: {type(e).__name__}: {str(e)[:300]}")
-                on_finish(rec)
-
-
-def _ray_job(job: JobSpec, cfg: LaunchConfig) -> tuple[JobRecord, dict[str, bytes]]:
-    """Runs on a Ray worker: the job into a private folder, then its files, relative to that folder."""
-    tmp = Path(tempfile.mkdtemp(prefix="perfagent-ray-"))
-    try:
-        local = replace(cfg, out_dir=str(tmp))
-        rec = run_job(job, local)
-        files = {p.relative_to(tmp).as_posix(): p.read_bytes() for p in tmp.rglob("*") if p.is_file()}
-        return rec, files
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_files(out_dir: Path, files: dict[str, bytes]) -> None:

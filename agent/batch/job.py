@@ -1,22 +1,30 @@
 """A batch job process: one RunRequest, as JSON, run the way `perfagent run --quiet` runs it.
 
-The fork server's children call `run_json`; a fresh interpreter (the Ray path) is
+The fork server's children call `run_json` (locally and on Ray workers alike); a fresh interpreter is
 `python -m agent.batch.job <batch pid> <request JSON>`, and dies with the process that started it.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
+import agent
 from agent.batch.procs import die_with_parent
 from agent.run.entry import RunRequest, guarded, run_request
 
 
 def run_json(request: str) -> int:
     """The job's exit code, as `perfagent run` would give it: report and errors go where a run puts them."""
-    return guarded(lambda: run_request(RunRequest.model_validate_json(request), Console(), display="log"))
+    def run() -> int:
+        req = RunRequest.model_validate_json(request)
+        # Which task file and harness the job runs, first in its log: under Ray, the copies shipped to the worker
+        print(f"starting: task {req.task_file}, harness {Path(agent.__file__).parent}", flush=True)
+        return run_request(req, Console(), display="log")
+
+    return guarded(run)
 
 
 def main(argv: list[str]) -> int:

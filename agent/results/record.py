@@ -35,6 +35,7 @@ class JobRecord(BaseModel):
     report: str | None = None  # paths relative to the batch's out dir
     patch: str | None = None
     device: str | None = None  # CUDA_VISIBLE_DEVICES the job saw, if set
+    node: str | None = None  # the Ray node that ran the job (its id), under --executor ray
     exit_code: int | None = None
     # headline figures from report.json
     subtype: str | None = None

@@ -24,13 +24,15 @@ def _verdict_text(verdict: str) -> Text:
 
 def runs_table(results: Results, runs: list[RunView]) -> Table:
     t = Table(title=f"{results.run_id}: {len(runs)} run(s)", title_justify="left")
+    nodes = any(r.record is not None and r.record.node for r in runs)  # a Ray batch: which node ran each job
     for col, kw in (("job", {"overflow": "fold"}), ("task", {}), ("model", {}), ("sample", {"justify": "right"}),
                     ("outcome", {}), ("speedup [95% CI]", {"justify": "right"}), ("cost", {"justify": "right"}),
-                    ("turns", {"justify": "right"})):
+                    ("turns", {"justify": "right"}), *([("node", {})] if nodes else [])):
         t.add_column(col, **kw)
     for r in runs:
+        node = [(r.record.node or "-")[:8] if r.record is not None else "-"] if nodes else []
         t.add_row(r.key, r.task, contestant(r.model, r.agent), f"s{r.sample}", _verdict_text(run_outcome(r)),
-                  fmt_speedup(r), fmt_cost(r), "-" if r.turns is None else str(r.turns))
+                  fmt_speedup(r), fmt_cost(r), "-" if r.turns is None else str(r.turns), *node)
     return t
 
 

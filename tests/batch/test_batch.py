@@ -1,5 +1,5 @@
 """`perfagent batch`: job expansion, the ledger, the summary's statistics, and real batches of
-tiny tasks driven by hand-written replay trajectories (local pool, kill -9 + resume, Ray)."""
+tiny tasks driven by hand-written replay trajectories (local pool, kill -9 + resume; Ray: test_ray.py)."""
 
 from __future__ import annotations
 
@@ -18,73 +18,10 @@ from agent.batch.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor,
 from agent.cli import build_parser, main
 from agent.options import options_from_args
 from agent.results.ledger import Ledger
-from agent.results.load import summarize_run
 from agent.results.record import JobRecord
 from agent.results.report import Report
-from agent.results.summary import BatchSummary, summarize
-from helpers import machine_share, make_repo, rec
-
-# -- fixtures: a tiny target whose "cost" is a constant the bench prints ------------------------------------
-MOD = "COST = 10.0\n\n\ndef f():\n    return COST\n"
-BENCH = ("import json\nimport random\n\nimport mod\n\n"
-         'print(json.dumps({"metric": "ms", "value": mod.f() * (1 + random.random() * 0.02)}))\n')
-REF = """diff --git a/mod.py b/mod.py
---- a/mod.py
-+++ b/mod.py
-@@ -1,4 +1,4 @@
--COST = 10.0
-+COST = 4.0
-\x20
-\x20
- def f():
-"""
-TASK = '''id = "{id}"
-repo = "src"
-prompt = "Make f cheaper."
-protected = ["bench.py"]
-requires_gpu = {gpu}
-[correctness]
-command = "python -c 'import mod; assert mod.f() > 0'"
-poison = false
-{perf}{ref}[budget]
-max_turns = 3
-'''
-PERF = '[perf]\ncommand = "python bench.py"\nmetric = "ms"\n'
-
-
-def edit(new: str) -> dict:
-    return {"id": "e", "name": "edit_file", "input": {"path": "mod.py", "old": "COST = 10.0", "new": f"COST = {new}"}}
-
-
-def call(name: str, **inp) -> dict:
-    return {"id": name[:2], "name": name, "input": inp}
-
-
-def trajectory(path: Path, *turns: list[dict]) -> str:
-    path.write_text("".join(json.dumps({"type": "response", "tool_calls": calls}) + "\n" for calls in turns))
-    return f"replay:{path}"
-
-
-def build_project(root: Path) -> tuple[Path, Path, dict[str, str]]:
-    """Tasks t1 (perf + reference), t2 (no perf), tgpu (requires a GPU); replays good (2.5x = the
-    reference), bad (breaks the check), slow (sleeps first), gpu (echoes its device)."""
-    make_repo(root / "src", {"mod.py": MOD, "bench.py": BENCH})
-    (root / "ref.diff").write_text(REF)
-    tasks = root / "tasks"
-    tasks.mkdir()
-    for tid, gpu, perf, ref in (("t1", "false", PERF, '[reference]\npatch = "ref.diff"\n'), ("t2", "false", "", ""),
-                                ("tgpu", "true", "", "")):
-        (tasks / f"{tid}.toml").write_text(TASK.format(id=tid, gpu=gpu, perf=perf, ref=ref))
-    models = {
-        "good": trajectory(root / "good.jsonl", [edit("4.0")], [call("submit", summary="cheaper")]),
-        "bad": trajectory(root / "bad.jsonl", [edit("-1.0")], *[[call("submit", summary="x")]] * 2),
-        "slow": trajectory(root / "slow.jsonl", [call("run", command="sleep 4")], [edit("4.0")],
-                           [call("submit", summary="cheaper")]),
-        "gpu": trajectory(root / "gpu.jsonl", [call("run", command="echo DEVICE=$CUDA_VISIBLE_DEVICES")],
-                          [edit("4.0")], [call("submit", summary="cheaper")]),
-    }
-    return root, tasks, models
-
+from batchproject import build_project, ledger_lines
+from helpers import machine_share, rec
 
 def _isolate(mp: pytest.MonkeyPatch, root: Path) -> None:
     """Work in `root`, with the perf device locks under it (not shared with other runs on this machine)."""
@@ -110,11 +47,6 @@ def e2e(tmp_path_factory):
             code = main(["batch", str(tasks), "--models", f"{models['good']},{models['bad']}", "--samples", "2",
                          "--workers", "2", "--run-id", "e2e", "--out", "out", "--quiet", "--no-baseline"])
         yield root, tasks, models, code
-
-
-def ledger_lines(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "batch.jsonl").read_text().splitlines()]
-
 
 # -- pure parts ------------------------------------------------------------------------------------------------
 def test_model_slugs_are_safe_and_distinct(tmp_path):
@@ -227,6 +159,39 @@ def test_ray_missing_is_a_clean_error(project, monkeypatch, capsys):
     assert "needs Ray, which is not installed here" in capsys.readouterr().err
 
 
+def test_an_unreachable_ray_address_is_one_line(project, monkeypatch, capsys):
+    """RAY_ADDRESS where nothing listens, or something that is not Ray: one line and exit 2 at once, not Ray's
+    minutes of retries."""
+    import socket
+    import threading
+
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    root, tasks, models = project
+    argv = ["batch", str(tasks / "t2.toml"), "--models", models["good"], "--executor", "ray", "--quiet"]
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    start = time.monotonic()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: RAY_ADDRESS=127.0.0.1:1: no Ray cluster answers there (Connection refused)", err
+
+    web = socket.create_server(("127.0.0.1", 0))  # an HTTP/1 server, not Ray's gRPC
+
+    def answer() -> None:
+        conn, _ = web.accept()
+        with conn:
+            conn.recv(100)
+            conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    address = f"127.0.0.1:{web.getsockname()[1]}"
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: RAY_ADDRESS={address}: something answers there, but not a Ray cluster", err
+    web.close()
+    assert time.monotonic() - start < 20
+
+
 # -- real batches ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.quiet  # the batch measures its jobs
@@ -314,37 +279,6 @@ def test_each_job_sees_one_gpu(project):
     for key, device in seen.items():
         traj = (root / "out/results/g" / key / "trajectory.jsonl").read_text()
         assert f"DEVICE={device}\\n" in traj
-
-
-@pytest.mark.slow
-@pytest.mark.quiet  # shares the end-to-end batch, which measures its jobs
-def test_ray_executor_matches_local(e2e):
-    """The first sample of t1 and tgpu on a local Ray cluster: the same verdicts and counts as the
-    local executor gave those jobs in the end-to-end run."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'perfagent[ray]')")
-    root, tasks, models, _ = e2e
-    ts = load_tasks(tasks / "t1.toml") + load_tasks(tasks / "tgpu.toml")
-    with pytest.MonkeyPatch.context() as mp:
-        _isolate(mp, root)
-        mp.delenv("RAY_ADDRESS", raising=False)
-        cfg = BatchConfig(run_id="ray", out_dir=root / "out", workers=2, executor="ray", quiet=True)
-        try:
-            got = run_batch(ts, [models["good"], models["bad"]], 1, cfg).summary
-        finally:
-            ray.shutdown()
-    local = summarize_run(root / "out/results/e2e")
-    keys = {j.key for j in got.jobs}
-    want = summarize([j for j in local.jobs if j.key in keys], run_id="ray", samples=1)
-
-    def comparable(s: BatchSummary):
-        return ([(m.model, m.jobs, m.done, m.failed, m.skipped, m.correct, m.faster, m.opt_solved, m.opt_tasks)
-                 for m in sorted(s.models, key=lambda m: m.model)],
-                [(j.key, j.status, j.verdict, j.perf_verdict) for j in s.jobs])
-
-    assert len(keys) == 4 and comparable(got) == comparable(want)
-    good = next(m for m in got.models if m.model == models["good"])
-    assert good.geomean_speedup == pytest.approx(2.5, rel=0.1)
-    assert len(list((root / "out/results/ray").rglob("report.json"))) == 2  # shipped back from the workers
 
 
 # -- failures are failures ------------------------------------------------------------------------------------------
