@@ -310,13 +310,20 @@ def _reference_row(r: ReferenceResult) -> Row:
     return Row("reference patch", ratio + _reference_line(r))
 
 
+_WORDS = {"task_id", "verdict", "reasons", "quick", "duration_s", "error", "emitted", "note", "warnings"}
+
+
+def _checked_nothing(ev: Evaluation) -> bool:
+    """An evaluation with words but no evidence (a patch that did not apply): every check at its default."""
+    return ev.model_dump(exclude=_WORDS) == Evaluation(verdict=ev.verdict).model_dump(exclude=_WORDS)
+
+
 def evaluation_rows(ev: Evaluation) -> list[Row]:
     """Every check of one evaluation, worst news first; a partial evaluation gives fewer rows."""
     rows = [Row("why", r, "warn") for r in ev.reasons]
     rows += [Row(name, text, level) for name, text, level in
              (("error", ev.error, "bad"), ("note", ev.note, "info"), ("emitted", ev.emitted, "info")) if text]
-    nothing_seen = ev.setup is None and ev.correctness is None and not ev.diff_stats.files  # a patch that did not apply
-    if ev.verdict == "no-change" or nothing_seen:  # nothing was checked; rows saying "ok" would claim otherwise
+    if ev.verdict == "no-change" or _checked_nothing(ev):  # rows saying "ok" would claim checks that never ran
         return rows
     problems, pv = ev.hygiene.problems, ev.protected_violations
     rows.append(Row("patch hygiene", "ok", "ok") if ev.hygiene.ok else Row("patch hygiene", "; ".join(problems), "bad"))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent.batch.subset import SubsetError, choose, parse_slice
+from agent.checks.evaluation import Evaluation
+from agent.checks.render import evaluation_rows
 from agent.cli import main
 from agent.results.load import load_run
 from agent.results.plan import Subset
@@ -85,6 +87,8 @@ def test_each_prediction_gets_its_own_outcome_and_the_rest_are_graded(project):
     assert {k for k in got if "/rules/" in k} == {"t1/rules/s0", "t2/rules/s0"}
     report = json.loads((run / "t2/prediction-other-harness/s0/report.json").read_text())
     assert "does not apply to the task's base" in report["evaluation"]["note"]
+    shown = evaluation_rows(Evaluation.model_validate(report["evaluation"]))
+    assert [r.name for r in shown] == ["note"]  # no "ok" row for a check that never ran
     assert report["total_cost_usd"] is None  # what the patch cost to make is not ours to know
     assert report["agent"] == {**report["agent"], "name": "prediction", "model": "other-harness"}
     emitted = project / "patches/p/t1/prediction-other-harness/s0/model_patch.diff"
