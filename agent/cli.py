@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from agent.results.plan import Plan, Subset
-    from agent.results.predictions import Prediction
-
 from agent import __version__
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
 from agent.env.workspace import PatchError, check_task_base, checked_bases
 from agent.options import RunOptions, above_zero, add_run_flags, at_least, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
 from agent.task import Task, TaskError, load_task, load_task_set
+
+if TYPE_CHECKING:
+    from agent.results.plan import Plan, Subset
+    from agent.results.predictions import Prediction
 
 
 def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
