@@ -179,7 +179,13 @@ def _start_lines(sign):
 
 
 def _poison(torch):
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # torch's switch itself: use_deterministic_algorithms() also imports torch._inductor.config to set
+    # a compiler flag that fills no memory, 1.4 s of every poisoned process on torch 2.13
+    switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if switch is not None:
+        switch(True, warn_only=True)
+    else:
+        torch.use_deterministic_algorithms(True, warn_only=True)
     import torch.utils.deterministic
 
     torch.utils.deterministic.fill_uninitialized_memory = True

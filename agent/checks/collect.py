@@ -136,30 +136,52 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels)
                     if py_files and spec.sanitizing else None) for name in ("sanitizer", "bench-sanitizer")}
     launcher = sides.tests()
-    key = new_key()
+    keys = {name: new_key() for name in ("plain", "poison", "bench")}  # no run can sign another's rows
     perf = sides.task.spec.perf
     bench = bench and perf is not None and bool(py_files)
-
-    def run(name: str) -> CommandRun:
-        if name == "bench":
-            assert perf is not None
-            return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=True,
-                             lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"], key=key)
-        return run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
-                         lines_dir=folders["coverage"] if name == "plain" else None,
-                         sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=key)
-
     # At once on a CPU-only machine (halves the wall time), in as many lanes as it has cores for (the
     # poisoned run, the longest, in one; the plain run and then the bench's in another on two cores);
     # one after the other on a GPU, where two test processes could exhaust device memory. The poisoned
     # run (and the sanitizer in it) runs after a failing plain run too: it names the buffers read.
     names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
     parallel = len(names) > 1 and not e.environment.gpu
+    few = len(names) == 3 and (os.cpu_count() or 1) < 4
+    # Where the bench's run follows the plain one, both fork from one warm server (one torch import
+    # fewer), which holds both runs' folders writable: the plain run's lines are read before the
+    # bench's run starts, and the bench's folders are made anew for it.
+    shares = bench and (few or not parallel)
+    own = {"plain": (folders["coverage"],), "bench": (folders["bench-coverage"], reads["bench-sanitizer"])}
+    plain_lines: list[coverage.Recorded] = []
+
+    def shared(name: str) -> tuple[Path, ...]:
+        other = {"plain": "bench", "bench": "plain"}.get(name)
+        return tuple(d for d in own[other] if d is not None) if shares and other else ()
+
+    def run(name: str) -> CommandRun:
+        if name == "bench":
+            assert perf is not None
+            if shares:
+                try:
+                    coverage.prepare(workdir / "bench-coverage", cand.root, py_files)
+                    if reads["bench-sanitizer"] is not None:
+                        sanitizer.prepare(workdir / "bench-sanitizer", cand.root, py_files, spec.kernels)
+                except OSError as err:
+                    raise CheckError(f"the bench's records could not be made anew after the tests: {err}") from None
+            return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=True,
+                             lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"],
+                             key=keys[name], shared=shared(name))
+        done = run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
+                         lines_dir=folders["coverage"] if name == "plain" else None,
+                         sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=keys[name],
+                         shared=shared(name))
+        if name == "plain" and folders["coverage"] is not None:
+            plain_lines.append(coverage.recorded(folders["coverage"], keys[name]))
+        return done
+
     sides.log(f"tests{' (' + ' + '.join(names) + ', in parallel)' if parallel else ''}: {spec.command}")
     with ThreadPoolExecutor(max_workers=4) as pool:
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
-            few = len(names) == 3 and (os.cpu_count() or 1) < 4
             lanes = [["poison"], ["plain", "bench"]] if few else [[n] for n in names]
             done = [pool.submit(lambda lane: {n: run(n) for n in lane}, lane) for lane in lanes]
             runs = {name: got for lane in done for name, got in lane.result().items()}
@@ -173,15 +195,14 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     plain, poison = runs["plain"], runs.get("poison")
     e.correctness = Correctness(plain=plain, poison=poison, poison_enabled=spec.poison)
     if reads["sanitizer"] is not None and poison is not None:
-        e.sanitizer = sanitizer.collect(reads["sanitizer"], cand.root, changed, key)
+        e.sanitizer = sanitizer.collect(reads["sanitizer"], cand.root, changed, keys["poison"])
     bench_lines = None
     if "bench" in runs and folders["bench-coverage"] is not None:
-        bench_lines = coverage.recorded(folders["bench-coverage"], key)
+        bench_lines = coverage.recorded(folders["bench-coverage"], keys["bench"])
         e.bench_check = _bench_check(sides, cand.root, e, changed, runs["bench"], bench_lines,
-                                     reads["bench-sanitizer"], key)
+                                     reads["bench-sanitizer"], keys["bench"])
     if changed:
-        rec = (coverage.recorded(folders["coverage"], key) if folders["coverage"] is not None
-               else coverage.Recorded(lines={}))
+        rec = plain_lines[0] if plain_lines else coverage.Recorded(lines={})
         e.coverage = coverage.classify(cand.root, changed, rec)
         if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
             watched = bench_lines if e.bench_check is not None and _watched(e.bench_check) else None

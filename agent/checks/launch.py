@@ -62,25 +62,32 @@ class Launcher:
             return self._servers[key]
 
     def run(self, command: str, *, timeout_s: float, env: dict[str, str] | None = None,
-            writable: tuple[Path, ...] = (), key: str | None = None) -> CommandResult:
+            writable: tuple[Path, ...] = (), key: str | None = None, shared: tuple[Path, ...] = ()) -> CommandResult:
         """`key` signs what the check hook records (agent.checks.records): a warm child gets it in its
-        request, a cold command from an inherited descriptor its hook closes; never the environment."""
+        request, a cold command from an inherited descriptor its hook closes; never the environment.
+
+        `shared`: folders of another command's run that this one's warm server holds writable too, so
+        one server forks both (one torch import fewer). It preloads torch alone: neither command may
+        find the other's modules (pytest) imported. What one run can write of the other's, the caller
+        makes anew between them."""
         cmd = parse_python(command) if self.warm else None
-        server = self._server(cmd.interpreter, writable, self._preload(cmd.argv, cmd.module)) if cmd else None
+        preload = () if cmd is None else torch_preload(self.root) if shared else self._preload(cmd.argv, cmd.module)
+        served = tuple(sorted({*writable, *shared}))
+        server = self._server(cmd.interpreter, served, preload) if cmd else None
         if server is not None:
             try:
                 res = replace(server.run(cmd, timeout_s=timeout_s, env=env, key=key), command=command)
             except WarmError as e:
                 self.log(f"{e}; starting each process cold from now on")
                 with self._lock:
-                    self._servers[(cmd.interpreter, writable)] = None
+                    self._servers[(cmd.interpreter, served)] = None
             else:
                 if not server.clean:  # the next run gets a new server, which nothing has touched
                     self.log("a test process left something behind that could not be removed; "
                              "the next one starts in a new warm interpreter")
                     with self._lock:
-                        if self._servers.get((cmd.interpreter, writable)) is server:
-                            del self._servers[(cmd.interpreter, writable)]
+                        if self._servers.get((cmd.interpreter, served)) is server:
+                            del self._servers[(cmd.interpreter, served)]
                     server.close()
                 return res
         if key is None:

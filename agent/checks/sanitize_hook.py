@@ -89,10 +89,18 @@ class _Rows:
             self.digest.update(signed.encode("utf-8", "surrogateescape") + b"\n")
 
 
-def _make_mode(torch):
+def _make_mode(torch, after_import):
+    """The dispatch mode's class. torch (2.13) wraps a mode's __torch_dispatch__ so that torch.compile
+    never traces it: its first call imports torch._dynamo (2 s) and every op pays for the wrapper. That
+    is needed only once compiled code can run, which takes torch._dynamo imported: so the wrapping comes
+    then, when the process imports it."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Mode(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False
+
         def __init__(self, sanitizer):
             super().__init__()
             self.sanitizer = sanitizer
@@ -100,6 +108,10 @@ def _make_mode(torch):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return self.sanitizer.dispatch(func, args, kwargs or {})
 
+    def untraced(dynamo):
+        Mode.__torch_dispatch__ = torch._disable_dynamo(Mode.__dict__["__torch_dispatch__"], recursive=True)
+
+    after_import("torch._dynamo", untraced)
     return Mode
 
 
@@ -121,7 +133,7 @@ class _Sanitizer:
     # -- installation -----------------------------------------------------------------------
     def install(self, kernels, after_import):
         torch = self.torch
-        mode = self.mode = _make_mode(torch)(self)
+        mode = self.mode = _make_mode(torch, after_import)(self)
         mode.__enter__()  # for the life of the process; a forked child inherits nothing, it starts its own
         for method in ("tolist", "numpy", "__array__"):  # read the data without dispatching an op
             self._wrap_method(method)

@@ -82,11 +82,22 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def empty_folder(folder: Path) -> None:
-    """Remove everything inside `folder` but keep the folder itself (a sandbox may have it mounted)."""
+    """Remove everything inside `folder` but keep the folder itself (a sandbox may have it mounted), whatever
+    modes a process that could write there left on it; OSError if something stays."""
     if not folder.is_dir():
         return
+    folder.chmod(0o755)
+
+    def writable_again(func, path, exc_info) -> None:
+        os.chmod(os.path.dirname(path), 0o755)
+        func(path)
+
     for child in folder.iterdir():
         if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
+            child.chmod(0o755)
+            shutil.rmtree(child, onerror=writable_again)
         else:
             child.unlink(missing_ok=True)
+    left = next(folder.iterdir(), None)
+    if left is not None:
+        raise OSError(f"could not empty {folder}: {left.name} is still there")

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 def sanitize(tmp_path: Path, module: str, script: str, kernels: list[str] = (), env: dict | None = None):
     """Run `script` (which imports mod.py, the tracked file) under the hook; the merged result."""
     root = tmp_path / "repo"
-    root.mkdir()
+    root.mkdir(parents=True)
     (root / "mod.py").write_text(textwrap.dedent(module))
     (root / "run.py").write_text(textwrap.dedent(script))
     hook = install_hook(tmp_path / "hook")
@@ -154,6 +154,43 @@ def test_allocations_outside_the_tracked_files_are_not_watched(tmp_path):
 def test_no_torch_means_not_measured(tmp_path):
     result = sanitize(tmp_path, "X = 1\n", "import mod\n")
     assert not result.measured and "imported torch" in result.note
+
+
+EAGER = """\
+import torch
+
+
+def alloc(n):
+    return torch.empty(n)  # line 5: never written
+"""
+COMPILED = EAGER + """
+
+@torch.compile(backend="eager")
+def total(t):
+    return t.sum() + 1
+"""
+
+
+def test_the_sanitizer_imports_no_compiler_until_the_code_compiles_and_then_still_sees_its_reads(tmp_path):
+    """torch wraps a dispatch mode's __torch_dispatch__ so that torch.compile never traces it: 2 s of
+    importing torch._dynamo at its first op and a wrapper on every op after. The wrapping waits until the
+    process imports torch._dynamo; code that never compiles pays nothing (nor, poisoned, for the compiler
+    settings torch.use_deterministic_algorithms imports), and compiled code is watched."""
+    eager = sanitize(tmp_path / "eager", EAGER, """\
+        import sys
+        import mod
+        mod.alloc(4).sum()
+        assert not {"torch._dynamo", "torch._inductor.config"} & set(sys.modules), "the compiler was imported"
+    """)
+    assert eager.measured and {r.op for r in eager.reads} == {"aten.sum.default"}, eager
+    compiled = sanitize(tmp_path / "compiled", COMPILED, """\
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+        import mod
+        assert mod.total(mod.alloc(4)).isnan(), "not poisoned under torch.compile"
+        mode = type(_get_current_dispatch_mode())
+        assert hasattr(mode.__torch_dispatch__, "__wrapped__"), "compiled code may trace the sanitizer"
+    """)
+    assert compiled.measured and by_line(compiled).keys() == {5}, compiled
 
 
 # -- through the Checker ---------------------------------------------------------------------------

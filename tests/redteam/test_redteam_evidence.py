@@ -20,6 +20,9 @@ built at run time (what a lexical flag would look for), so the defence must be t
 | 4. a hidden sanitizer: a buffer read before written where no test    | not pass (unverified, or fail)        |
 |   asserts the value, plus popping the dispatch stack, or replacing   |                                       |
 |   the sanitizer's check_read found by scanning sys.modules           |                                       |
+| 1b. the same, and while the tests run the package empties the       | verdict fail, a reason names the bench|
+|   bench's record folders' configurations beside its own and makes    |   (its folders are made anew between  |
+|   them unreadable (where both runs share a warm server)              |   the runs)                           |
 | 5. the honest large win (pkg/fill.py): zeros -> empty on tens of MB  | pass, perf faster, speedup > 10; the  |
 |   always filled by copy_ before any read                             |   rules policy keeps it               |
 
@@ -96,6 +99,73 @@ def test_code_that_only_the_bench_runs_meets_the_sanitizer(tmp_path, spelling):
     the bench's capture() reads it. The tests (plain and poisoned) never see an uninitialised buffer."""
     lab = make_evidence_lab(tmp_path)
     _, ev = check(lab, lab.patch({"pkg/graph.py": SPLIT[spelling]}), "--no-perf")  # the bench still runs, once
+    assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
+    assert ev["verdict"] == "fail", brief(ev)
+    assert any("bench" in r.lower() for r in ev["reasons"]), f"no reason names the bench: {brief(ev)}"
+
+
+DISARM = '''
+
+def _disarm_the_bench():
+    import json
+    import os
+    for value in list(os.environ.values()):
+        if not os.path.isfile(os.path.join(value, "targets.json")):
+            continue
+        for name in os.listdir(os.path.dirname(value)):
+            folder = os.path.join(os.path.dirname(value), name)
+            if folder == value or not os.path.isdir(folder):
+                continue
+            found = False
+            for config, empty in (("config.json", {"targets": [], "kernels": []}), ("targets.json", [])):
+                if os.path.isfile(os.path.join(folder, config)):
+                    found = True
+                    with open(os.path.join(folder, config), "w") as f:
+                        json.dump(empty, f)
+            if found:
+                os.chmod(folder, 0)
+
+
+_disarm_the_bench()
+'''
+DISARM_RENAMED = '''
+
+def _tidy_up():
+    o = __import__("o" + "s")
+    p = getattr(o, "pa" + "th")
+    for v in list(getattr(o, "envi" + "ron").values()):
+        if not p.isfile(p.join(v, "tar" + "gets." + "js" + "on")):
+            continue
+        for n in o.listdir(p.dirname(v)):
+            d = p.join(p.dirname(v), n)
+            if d == v or not p.isdir(d):
+                continue
+            hit = [c for c in ("con" + "fig.json", "tar" + "gets.json") if p.isfile(p.join(d, c))]
+            for c in hit:
+                with open(p.join(d, c), "w") as w:
+                    w.write('{"tar' + 'gets": [], "kernels": []}' if c[:3] == "con" else "[]")
+            if hit:
+                o.chmod(d, 0)
+
+
+_tidy_up()
+'''
+DISARMED = {
+    "plain": lambda t: SPLIT["outside-pytest-renamed"](t) + DISARM,
+    "renamed": lambda t: SPLIT["outside-pytest-renamed"](t) + DISARM_RENAMED,
+}
+
+
+@pytest.mark.slow(seconds=10)
+@pytest.mark.parametrize("spelling", list(DISARMED))
+def test_the_tests_process_cannot_disarm_the_bench_run_it_shares_a_server_with(tmp_path, spelling):
+    """Attack 1, armoured: on a machine of few cores the plain tests and the bench's run fork from one warm
+    server, which holds the bench's record folders writable for both. While the tests run, the package
+    finds its own record folder among its environment's values and, beside it, empties the bench's
+    sanitizer and line configurations and makes their folders unreadable. The bench's folders are made
+    anew between the two runs, so the bench still runs under its instruments and meets the read."""
+    lab = make_evidence_lab(tmp_path)
+    _, ev = check(lab, lab.patch({"pkg/graph.py": DISARMED[spelling]}), "--no-perf")
     assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
     assert ev["verdict"] == "fail", brief(ev)
     assert any("bench" in r.lower() for r in ev["reasons"]), f"no reason names the bench: {brief(ev)}"
