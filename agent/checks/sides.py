@@ -8,6 +8,7 @@ checkout of base, so nothing from an earlier evaluation leaks in.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -144,8 +145,9 @@ class Sides:
         """Leave nothing of this candidate for the next: files (ignored ones too) and coverage data.
         A slot that will not come clean is dropped with its interpreters; the next one is new."""
         for folder in ("coverage", "sanitizer", "bench-coverage", "bench-sanitizer"):  # emptied, not removed:
-            # a warm interpreter has them mounted
-            empty_folder(self.workdir / folder)
+            # a warm interpreter has them mounted; what will not go, the next check's preparing says
+            with contextlib.suppress(OSError):
+                empty_folder(self.workdir / folder)
         if self._slot is not None and not self._slot.scrub():
             self._drop_slot()
 

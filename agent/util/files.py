@@ -83,19 +83,17 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def empty_folder(folder: Path) -> None:
     """Remove everything inside `folder` but keep the folder itself (a sandbox may have it mounted), whatever
-    modes a process that could write there left on it; OSError if something stays."""
+    modes a process that could write there left in it; OSError if something stays."""
     if not folder.is_dir():
         return
     folder.chmod(0o755)
-
-    def writable_again(func, path, exc_info) -> None:
-        os.chmod(os.path.dirname(path), 0o755)
-        func(path)
-
+    for top, dirs, _ in os.walk(folder):
+        for d in dirs:  # before the walk goes in, so that a folder left at mode 000 goes too (never through a link)
+            if not os.path.islink(os.path.join(top, d)):
+                os.chmod(os.path.join(top, d), 0o755)
     for child in folder.iterdir():
         if child.is_dir() and not child.is_symlink():
-            child.chmod(0o755)
-            shutil.rmtree(child, onerror=writable_again)
+            shutil.rmtree(child, ignore_errors=True)
         else:
             child.unlink(missing_ok=True)
     left = next(folder.iterdir(), None)

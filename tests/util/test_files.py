@@ -6,7 +6,7 @@ import os
 import stat
 
 from agent.results.report import new_report
-from agent.util.files import atomic_write, write_json
+from agent.util.files import atomic_write, empty_folder, write_json
 
 
 def _mode(path) -> int:
@@ -37,3 +37,23 @@ def test_atomic_write_respects_the_umask(tmp_path):
         os.umask(old)
     assert _mode(tmp_path / "group.txt") == 0o664
     assert _mode(tmp_path / "private.txt") == 0o664 and (tmp_path / "private.txt").read_text() == "y\n"
+
+
+def test_a_folder_a_sandboxed_process_wrote_to_is_emptied_whatever_modes_it_left_and_never_through_a_link(tmp_path):
+    """The bench's record folders are made anew after the plain tests, which could write there: a folder
+    left at mode 000, files inside it, and a link out of the folder must not survive (nor be followed)."""
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "f").write_text("x")
+    outside.chmod(0o700)
+    folder = tmp_path / "records"
+    (folder / "deep" / "deeper").mkdir(parents=True)
+    (folder / "deep" / "deeper" / "rows").write_text("forged")
+    (folder / "config.json").write_text("{}")
+    (folder / "out").symlink_to(outside / "keep")
+    (folder / "deep" / "deeper").chmod(0)
+    (folder / "deep").chmod(0)
+    folder.chmod(0)
+    empty_folder(folder)
+    assert folder.is_dir() and list(folder.iterdir()) == [] and _mode(folder) == 0o755  # usable by the next run
+    assert (outside / "keep" / "f").read_text() == "x" and outside.stat().st_mode & 0o777 == 0o700
