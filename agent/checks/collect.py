@@ -151,7 +151,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     # bench's run starts, and the bench's folders are made anew for it.
     shares = bench and (few or not parallel)
     own = {"plain": (folders["coverage"],), "bench": (folders["bench-coverage"], reads["bench-sanitizer"])}
-    plain_lines: list[coverage.Recorded] = []
+    lines_run: dict[str, coverage.Recorded] = {}  # the plain run's lines, read as soon as it ends
 
     def shared(name: str) -> tuple[Path, ...]:
         other = {"plain": "bench", "bench": "plain"}.get(name)
@@ -175,7 +175,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
                          sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=keys[name],
                          shared=shared(name))
         if name == "plain" and folders["coverage"] is not None:
-            plain_lines.append(coverage.recorded(folders["coverage"], keys[name]))
+            lines_run[name] = coverage.recorded(folders["coverage"], keys[name])
         return done
 
     sides.log(f"tests{' (' + ' + '.join(names) + ', in parallel)' if parallel else ''}: {spec.command}")
@@ -202,7 +202,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
         e.bench_check = _bench_check(sides, cand.root, e, changed, runs["bench"], bench_lines,
                                      reads["bench-sanitizer"], keys["bench"])
     if changed:
-        rec = plain_lines[0] if plain_lines else coverage.Recorded(lines={})
+        rec = lines_run.get("plain", coverage.Recorded(lines={}))
         e.coverage = coverage.classify(cand.root, changed, rec)
         if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
             watched = bench_lines if e.bench_check is not None and _watched(e.bench_check) else None

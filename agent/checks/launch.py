@@ -71,9 +71,8 @@ class Launcher:
         find the other's modules (pytest) imported. What one run can write of the other's, the caller
         makes anew between them."""
         cmd = parse_python(command) if self.warm else None
-        preload = () if cmd is None else torch_preload(self.root) if shared else self._preload(cmd.argv, cmd.module)
         served = tuple(sorted({*writable, *shared}))
-        server = self._server(cmd.interpreter, served, preload) if cmd else None
+        server = self._server(cmd.interpreter, served, self._preload(cmd.argv, cmd.module, shared)) if cmd else None
         if server is not None:
             try:
                 res = replace(server.run(cmd, timeout_s=timeout_s, env=env, key=key), command=command)
@@ -101,9 +100,9 @@ class Launcher:
         finally:
             os.close(fd)
 
-    def _preload(self, argv: tuple[str, ...], module: bool) -> tuple[str, ...]:
+    def _preload(self, argv: tuple[str, ...], module: bool, shared: tuple[Path, ...]) -> tuple[str, ...]:
         torch = torch_preload(self.root)  # the tests' own checkout: what the candidate wrote counts too
-        return (*torch, "pytest") if module and argv[0] == "pytest" else torch
+        return (*torch, "pytest") if module and argv[0] == "pytest" and not shared else torch
 
     def close(self) -> None:
         with self._lock:
