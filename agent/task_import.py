@@ -3,7 +3,16 @@
 `import_record` is the mapping, one record at a time: the task's TOML text and the files that go
 beside it, nothing written. `import_records` is the edge: it reads the records file, writes each
 task with its files, and holds every one to the validator (`load_task`, `check_task_base`); a
-record that fails is removed again and reported by name, and the others are still written.
+record that fails is reported by name, and the others are still written.
+
+A record's text is data, never code and never a shell command: the checks' scripts are the package's own files
+(agent/import_runners), copied beside the task with a JSON file of what differs per task; the base commit must be
+a sha or a plain ref name; an install command is kept only as a pip install of named packages (agent.import_rules).
+A record that breaks one of these is refused whole (`RecordRefused`) and nothing of it is written.
+
+Nothing of the user's is overwritten or lost: each task is written to a temporary folder beside it, validated
+there, and only then renamed into place; a task file, folder or reference diff already there refuses the record
+unless `force`, and on failure only what the import itself made is removed.
 
 What a task file cannot say is never dropped silently: every field of a record that is not mapped,
 and every install command that is not, is named in the task's comments with the reason.
@@ -17,12 +26,16 @@ in the checkout: import again after moving the folder.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent import import_rules
 from agent.env.workspace import PatchError, check_task_base, patch_paths
 from agent.task import TaskError, load_task
 
@@ -30,6 +43,7 @@ FORMATS = ("gso", "swebench")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 GSO_METRIC = "gso_time_s"
+RUNNERS = Path(__file__).resolve().parent / "import_runners"  # the checks' scripts, copied beside each task
 
 
 class RecordsError(Exception):
@@ -38,6 +52,12 @@ class RecordsError(Exception):
 
 class RecordError(Exception):
     """One record that cannot become a task; the message is one line."""
+
+
+class RecordRefused(RecordError):
+    """A record whose text would be run or read as code on this machine (an install command that is not a pip
+    install of named packages, a base commit that is not a sha or a ref name, a repository URL git could run or
+    read as an option): refused whole."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,7 @@ class Imported:
 class ImportResult:
     written: list[Path] = field(default_factory=list)  # the task files, each valid
     failed: list[str] = field(default_factory=list)  # one line per record that was not imported
+    refused: int = 0  # of those, the records refused as unsafe (RecordRefused)
     records: int = 0
 
 
@@ -127,7 +148,10 @@ def resolve_repo(repo: str, repos: Path | None) -> str:
     if not url and not _OWNER_NAME.match(repo):
         raise RecordError(f"repo: {repo!r} is neither owner/name nor a git URL")
     if repos is None:
-        return repo if url else f"https://github.com/{repo}"
+        try:
+            return import_rules.repo_url(repo) if url else f"https://github.com/{repo}"
+        except ValueError as e:
+            raise RecordRefused(str(e)) from None
     parts = re.split(r"[/:]", repo.removesuffix("/").removesuffix(".git"))
     owner, name = parts[-2], parts[-1]
     tried = [repos / f"{owner}__{name}", repos / name]
@@ -173,7 +197,7 @@ class _Draft:
     unmapped: list[str]
 
     def render(self) -> str:
-        lines = [f"# {h}" for h in self.header]
+        lines = [f"# {_comment(h)}" for h in self.header]
         lines += [f"# not mapped: {_comment(u)}" for u in self.unmapped]
         lines += [f"{k} = {v}" for k, v in self.top.items()]
         for name, table in self.tables.items():
@@ -207,7 +231,7 @@ def _head(fmt: str, task_id: str, source: str) -> list[str]:
 def _common(record: dict, task_id: str, repos: Path | None, gold: str, gold_field: str) -> tuple[dict, dict]:
     """top-level keys and the [reference] table shared by both formats."""
     repo = resolve_repo(_str(record, "repo"), repos)
-    base = _str(record, "base_commit").strip()
+    base = _base(record)
     top = {"id": toml_str(task_id), "title": "", "repo": toml_str(repo), "base": toml_str(base)}
     reference = {}
     if gold.strip():
@@ -231,16 +255,39 @@ _GSO_WHY = {
 }
 
 
+def _base(record: dict) -> str:
+    try:
+        return import_rules.base_ref(_str(record, "base_commit").strip())
+    except ValueError as e:
+        raise RecordRefused(str(e)) from None
+
+
+def _runner(name: str, task_id: str, settings: dict) -> dict[str, str]:
+    """The runner `name` (a file of agent/import_runners, as it is) and its settings beside it, as JSON."""
+    text = (RUNNERS / name).read_text(encoding="utf-8")
+    data = json.dumps({"instance": task_id, **settings}, indent=1, ensure_ascii=False) + "\n"
+    return {f"{task_id}/{name}": text, f"{task_id}/{Path(name).stem}.json": data}
+
+
+def _venv_list(kept: list[tuple[int, str, list[str]]]) -> str:
+    """`[setup] venv`: each command as the argv that was checked, a comment above it naming the record's own."""
+    lines = ["["]
+    for i, cmd, argv in kept:
+        lines += [f"    # from the record's install_commands[{i}]: {_comment(cmd)}",
+                  f"    {toml_str(shlex.join(argv))},"]
+    return "\n".join(lines) + "\n]"
+
+
 def _install_step(cmd: str) -> tuple[str, str | None]:
     """("venv", None): a `[setup] venv` command; ("python", version) from `uv venv --python X`; or
-    ("skip", why) for a command perfagent does itself or cannot run where venv commands run."""
+    ("skip", why) for a command perfagent does itself or cannot run where venv commands run. A "venv" command
+    is kept only if import_rules.install_argv passes it; a skipped one is never run, only named."""
     words = cmd.split()
     first = words[0] if words else ""
     if re.match(r"^(uv venv|python3?(\.\d+)? -m venv|virtualenv)\b", cmd):
         m = re.search(r"--python[ =](\S+)", cmd)
         if m and "uv venv" in cmd:
-            version = m.group(1)
-            return "python", version if not re.fullmatch(r"\d+(\.\d+)*", version) else f"python{version}"
+            return "python", m.group(1)
         return "skip", "perfagent makes the venv itself, from [setup] python"
     if first in ("source", ".") and "activate" in cmd:
         return "skip", "perfagent's venv is the active one in every command"
@@ -254,118 +301,6 @@ def _install_step(cmd: str) -> tuple[str, str | None]:
                         "folder, and the checks import the package from the checkout's source instead (PYTHONPATH), "
                         "so a package that must be compiled is not supported")
     return "venv", None
-
-
-_GSO_RUNNER = '''"""Written by `perfagent tasks import` for GSO instance {id}: GSO's performance tests as this
-task's checks. Each script in SCRIPTS defines run_test(eqcheck, reference, file_prefix) -> seconds, as GSO's
-harness calls it.
-
-check: each test's result on the unchanged base ({base}) is stored first, from that commit's source (`git
-archive`, in a separate process, memory not poisoned), then the checkout's code runs the test again with eqcheck
-against it, in this process (where the harness's instruments see it). A test that fails prints `FAILED <name> -
-<why>`; exit 1.
-perf: each test once, neither flag; prints {{"metric": "{metric}", "value": <the sum of their seconds>, "unit": "s"}}.
-"""
-
-import io
-import json
-import os
-import runpy
-import subprocess
-import sys
-import tarfile
-import tempfile
-import timeit
-import traceback
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-BASE = {base!r}
-SCRIPTS = {scripts!r}
-# GSO's scripts time with timeit and take (seconds, return value) back: the template its harness sets.
-TEMPLATE = """
-def inner(_it, _timer{{init}}):
-    {{setup}}
-    _t0 = _timer()
-    for _i in _it:
-        retval = {{stmt}}
-    _t1 = _timer()
-    return _t1 - _t0, retval
-"""
-
-
-def run_test(name, eqcheck=False, reference=False, prefix=""):
-    timeit.template = TEMPLATE
-    scope = runpy.run_path(os.path.join(HERE, name), run_name="gso_test")
-    return float(scope["run_test"](eqcheck, reference, prefix))
-
-
-def base_tree(work):
-    """The base commit's source, for the reference results."""
-    tree = os.path.join(work, "base")
-    os.makedirs(tree)
-    env = {{**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}}
-    data = subprocess.run(["git", "archive", "--format=tar", BASE], capture_output=True, env=env, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(tree, filter="data")
-        else:
-            tar.extractall(tree)
-    return tree
-
-
-def last_line(text):
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
-
-
-def check():
-    work = tempfile.mkdtemp(prefix="gso-check-")
-    try:
-        tree = base_tree(work)
-    except (subprocess.CalledProcessError, OSError, tarfile.TarError) as e:
-        print(f"FAILED base - cannot read the base commit {{BASE}} from git: {{e}}")
-        return 1
-    here = os.path.realpath(os.getcwd())
-    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    path = [tree, *(p for p in path if os.path.realpath(p) != here)]
-    # the base runs clean: no poisoned memory, nothing recorded (the harness's settings stay with this process)
-    env = {{k: v for k, v in os.environ.items() if not k.startswith("PERFAGENT_") or k == "PERFAGENT_READ"}}
-    env["PYTHONPATH"] = os.pathsep.join(path)
-    failed = 0
-    for i, name in enumerate(SCRIPTS):
-        prefix = os.path.join(work, f"gso_{{i}}")
-        ref = subprocess.run([sys.executable, os.path.abspath(__file__), "reference", name, prefix], cwd=work,
-                             env=env, capture_output=True, text=True)
-        if ref.returncode != 0:
-            print(ref.stdout + ref.stderr)
-            print(f"FAILED {{name}} - the unchanged base could not store its result: {{last_line(ref.stderr)}}")
-            failed += 1
-            continue
-        try:
-            seconds = run_test(name, eqcheck=True, prefix=prefix)
-        except Exception as e:  # noqa: BLE001 - any failure of the test is the verdict
-            traceback.print_exc()
-            print(f"FAILED {{name}} - {{type(e).__name__}}: {{e}}")
-            failed += 1
-        else:
-            print(f"PASSED {{name}} ({{seconds:.6f}} s)")
-    print(f"{{len(SCRIPTS) - failed}} passed, {{failed}} failed")
-    return 1 if failed else 0
-
-
-def perf():
-    work = tempfile.mkdtemp(prefix="gso-perf-")
-    total = sum(run_test(name, prefix=os.path.join(work, f"gso_{{i}}")) for i, name in enumerate(SCRIPTS))
-    print(json.dumps({{"metric": "{metric}", "value": total, "unit": "s"}}))
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["reference"]:
-        run_test(sys.argv[2], reference=True, prefix=sys.argv[3])
-        sys.exit(0)
-    sys.exit({{"check": check, "perf": perf}}[sys.argv[1]]())
-'''
 
 
 def _gso(record: dict, task_id: str, out: Path, repos: Path | None, source: str) -> _Draft:
@@ -391,18 +326,21 @@ def _gso(record: dict, task_id: str, out: Path, repos: Path | None, source: str)
     else:
         scripts = ["prob_script.py"]
         files[f"{task_id}/prob_script.py"] = prob
-    base = _str(record, "base_commit").strip()
-    files[f"{task_id}/gso_run.py"] = _GSO_RUNNER.format(id=task_id, base=base, scripts=scripts, metric=GSO_METRIC)
+    files |= _runner("gso_run.py", task_id, {"base": _base(record), "scripts": scripts, "metric": GSO_METRIC})
     runner = shlex.quote(str(folder / "gso_run.py"))
 
     python, venv = None, []
-    for cmd in _str_list(record, "install_commands"):
+    for i, cmd in enumerate(_str_list(record, "install_commands")):
         kind, what = _install_step(cmd.strip())
-        if kind == "python":
-            python = what
-        elif kind == "venv":
-            venv.append(cmd.strip())
-        elif cmd.strip():
+        try:
+            if kind == "python":
+                python = import_rules.interpreter(what or "")
+            elif kind == "venv":
+                venv.append((i, cmd.strip(), import_rules.install_argv(cmd.strip())))
+        except ValueError as e:
+            why = str(e) if kind == "venv" else f"install command not allowed: `{import_rules.one_line(cmd)}` ({e})"
+            raise RecordRefused(why) from None
+        if kind == "skip" and cmd.strip():
             unmapped.append(f"install_commands: `{cmd.strip()}` ({what})")
 
     shown = prob if prob.strip() else tests[0]
@@ -421,7 +359,7 @@ def _gso(record: dict, task_id: str, out: Path, repos: Path | None, source: str)
     if python:
         setup["python"] = toml_str(python)
     if venv:
-        setup["venv"] = toml_list(venv)
+        setup["venv"] = _venv_list(venv)
     header = _head("gso", task_id, source) + [
         f"[correctness] runs GSO's tests ({', '.join(scripts)}) with their equivalence check against the base's "
         "results; [perf] sums their times."]
@@ -448,76 +386,6 @@ _SWE_WHY = {
     "environment_setup_commit": "the commit SWE-bench installs the environment from: see version",
 }
 
-_SWE_CHECK = '''"""Written by `perfagent tasks import` for SWE-bench instance {id}: runs the instance's tests
-with pytest, in this process (where the harness's instruments see them), on the test files their ids name.
-
-Every test in FAIL_TO_PASS and PASS_TO_PASS must pass (or xfail), except on the unchanged base ({base}, with
-only the task's setup applied: the test patch), where FAIL_TO_PASS tests fail by definition and only
-PASS_TO_PASS must. A required test that did not pass prints `FAILED <id> - <why>`; exit 1.
-"""
-
-import os
-import subprocess
-import sys
-
-import pytest
-
-BASE = {base!r}
-FAIL_TO_PASS = {f2p!r}
-PASS_TO_PASS = {p2p!r}
-SETUP_PATHS = {setup_paths!r}  # what the task's setup (the test patch) changes: never the candidate's change
-
-
-def git(*args):
-    env = {{**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}}
-    return subprocess.run(["git", *args], capture_output=True, text=True, env=env)
-
-
-def unchanged_base():
-    """HEAD is the base commit and no tracked file differs from it but those the setup changes."""
-    head = git("rev-parse", "HEAD")
-    if head.returncode != 0 or head.stdout.strip() != git("rev-parse", BASE + "^{{commit}}").stdout.strip():
-        return False
-    diff = git("diff", "--name-only", "--no-ext-diff", "--no-textconv", BASE, "--", ".",
-               *(":(exclude,literal)" + p for p in SETUP_PATHS))
-    return diff.returncode == 0 and not diff.stdout.strip()
-
-
-class Outcomes:
-    def __init__(self):
-        self.seen = {{}}
-
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            self.seen[report.nodeid] = f"failed ({{report.when}})"
-        elif report.skipped:
-            xfail = hasattr(report, "wasxfail")
-            self.seen.setdefault(report.nodeid, "passed" if xfail else "skipped")
-        elif report.when == "call":
-            self.seen.setdefault(report.nodeid, "passed")
-
-
-def main():
-    base = unchanged_base()
-    required = PASS_TO_PASS if base else FAIL_TO_PASS + PASS_TO_PASS
-    files = list(dict.fromkeys(t.split("::")[0] for t in FAIL_TO_PASS + PASS_TO_PASS))
-    outcomes = Outcomes()
-    pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *files], plugins=[outcomes])
-    failed = [(t, outcomes.seen.get(t, "not run: no such test")) for t in required
-              if outcomes.seen.get(t) != "passed"]
-    for test, why in failed:
-        print(f"FAILED {{test}} - {{why}}")
-    if base:
-        print("the unchanged base: FAIL_TO_PASS tests are not required here (they fail by definition)")
-    print(f"{{len(required) - len(failed)}} of {{len(required)}} required test(s) passed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
-
 def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source: str) -> _Draft:
     gold = _str(record, "patch", required=False)
     top, reference = _common(record, task_id, repos, gold, "patch")
@@ -537,9 +405,8 @@ def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source:
                         f"{', '.join(odd[:5])}{' ...' if len(odd) > 5 else ''}")
 
     folder = out / task_id
-    base = _str(record, "base_commit").strip()
-    files = {f"{task_id}/swe_check.py": _SWE_CHECK.format(id=task_id, base=base, f2p=f2p, p2p=p2p,
-                                                          setup_paths=setup_paths)}
+    files = _runner("swe_check.py", task_id, {"base": _base(record), "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
+                                               "setup_paths": setup_paths})
     first = next((ln.strip() for ln in statement.splitlines() if ln.strip()), task_id)
     top["title"] = toml_str(first[:100])
     top["prompt"] = toml_str(statement.rstrip() + f"\n\n(SWE-bench instance {task_id}: resolve the issue above. "
@@ -564,34 +431,88 @@ def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source:
 
 
 # -- the edge: write, validate, report --------------------------------------------------------------------
-def write_task(imported: Imported, out: Path) -> Path:
-    """Write the task and its files under `out`; validate it (the task schema, its repo and base commit).
-    On TaskError, what was written is removed again and the error raised."""
-    written = []
+def _targets(task_id: str, out: Path) -> list[Path]:
+    """Every name in `out` an import of `task_id` writes (or replaces)."""
+    return [out / f"{task_id}.toml", out / task_id, out / f"{task_id}.reference.diff"]
+
+
+def write_task(imported: Imported, out: Path, *, force: bool = False) -> Path:
+    """Write the task and its files under `out`, validated first (the task schema, its repo and base commit) in
+    a temporary folder beside them, then renamed into place. A task file, folder or reference diff of the same
+    name already there is a RecordError naming it, unless `force` (then it is replaced once the new one is
+    valid). TaskError when the task is not valid: nothing under `out` changed."""
+    targets = _targets(imported.id, out)
+    there = [t for t in targets if os.path.lexists(t)]
+    if there and not force:
+        raise RecordError(f"{there[0]} already exists (give --force to replace it)")
+    stage = Path(tempfile.mkdtemp(prefix=f".{imported.id}.", suffix=".import", dir=out))
+    new, old, done = stage / "new", stage / "old", False
     try:
         for rel, text in imported.files.items():
-            path = out / rel
+            path = new / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            written.append(path)
-        task_file = out / f"{imported.id}.toml"
-        task_file.write_text(imported.task, encoding="utf-8")
-        written.append(task_file)
-        check_task_base(load_task(task_file))
-    except (TaskError, OSError, UnicodeError):
-        for path in written:
-            path.unlink(missing_ok=True)
-        folder = out / imported.id
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+        (new / f"{imported.id}.toml").write_text(imported.task, encoding="utf-8")
+        check_task_base(load_task(new / f"{imported.id}.toml"))
+        _move_in(new, old, targets, force=force)
+        done = True
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+        if done or not (old.is_dir() and any(old.iterdir())):  # never what could not be put back
+            shutil.rmtree(stage, ignore_errors=True)
+    return targets[0]
+
+
+def _place(src: Path, target: Path) -> None:
+    """Rename a file onto `target`, never replacing one there: a hard link fails on a name that exists."""
+    try:
+        os.link(src, target)
+    except FileExistsError:
         raise
-    return task_file
+    except OSError:  # a file system without hard links
+        if os.path.lexists(target):
+            raise FileExistsError(f"{target} already exists") from None
+        os.rename(src, target)
+
+
+def _move_in(new: Path, old: Path, targets: list[Path], *, force: bool) -> None:
+    """Rename what `new` holds onto `targets` (the task file last: it is what makes the folder a task). With
+    `force`, what is there is moved to `old` first and put back if a rename fails; without, a name that
+    appeared meanwhile is never replaced (a file is linked, which fails on one that exists)."""
+    old.mkdir()
+    aside: list[tuple[Path, Path]] = []
+    made: list[Path] = []
+    try:
+        for target in targets[1:] + targets[:1]:
+            if force and os.path.lexists(target):
+                os.rename(target, old / target.name)
+                aside.append((old / target.name, target))
+            src = new / target.name
+            if src.is_dir():
+                target.mkdir()  # FileExistsError if one appeared
+                made.append(target)
+                for child in src.iterdir():
+                    os.rename(child, target / child.name)
+            elif src.exists():
+                _place(src, target)
+                made.append(target)
+    except OSError:
+        for path in reversed(made):  # only what this import made
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        for src, target in aside:
+            os.rename(src, target)
+        raise
 
 
 def import_records(path: Path, fmt: str, out: Path, repos: Path | None = None,
-                   on_task: Callable[[Path, Imported], None] = lambda _p, _i: None) -> ImportResult:
+                   on_task: Callable[[Path, Imported], None] = lambda _p, _i: None, *,
+                   force: bool = False) -> ImportResult:
     """Every record of `path` as a task in `out`. RecordsError (nothing written) when the file cannot be
-    read or a line is not a JSON object; a record that cannot be a task is one line in `failed`."""
+    read or a line is not a JSON object; a record that cannot be a task is one line in `failed` (and counted
+    in `refused` when it was refused as unsafe). `force`: replace a task of the same name."""
     if fmt not in FORMATS:
         raise RecordsError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     if repos is not None and not repos.is_dir():
@@ -608,9 +529,10 @@ def import_records(path: Path, fmt: str, out: Path, repos: Path | None = None,
                 raise RecordError(f"instance_id: {imported.id} again (an earlier line has it)")
             seen.add(imported.id)
             out.mkdir(parents=True, exist_ok=True)
-            task_file = write_task(imported, out)
+            task_file = write_task(imported, out, force=force)
         except (RecordError, TaskError) as e:
             result.failed.append(f"{where}: {e}")
+            result.refused += isinstance(e, RecordRefused)
             continue
         except (OSError, UnicodeError) as e:
             result.failed.append(f"{where}: cannot write: {getattr(e, 'strerror', None) or e}")

@@ -284,8 +284,8 @@ def test_swebench_records_become_valid_tasks_with_every_unmapped_field_named(swe
         assert s.protected == ["tests/test_ops.py"]
         assert s.setup is not None and s.setup.command.startswith("git apply") and "test.patch" in s.setup.command
         assert task.reference_patch.read_text() == (swe / "gold.diff").read_text()
-        check = (swe / "imported" / f"acme__calc-{n}" / "swe_check.py").read_text()
-        assert "FAIL_TO_PASS = ['tests/test_ops.py::test_clamp_high']" in check
+        check = json.loads((swe / "imported" / f"acme__calc-{n}" / "swe_check.json").read_text())
+        assert check["FAIL_TO_PASS"] == ["tests/test_ops.py::test_clamp_high"]
         notes = comments(task.file)
         for name in ("hints_text", "created_at", "version", "environment_setup_commit"):
             assert f"# not mapped: {name} (" in notes, name
@@ -354,3 +354,99 @@ def test_tasks_path_still_lists_and_toml_strings_round_trip(tmp_path):
     assert res.returncode == 0 and "cuda-graph-buffers" in res.stdout, res.stderr
     for s in ["plain", 'quo"te\\back', "tab\there", "multi\nline with \"\"\" and \\ and \x01 and \x7f\r\n", "é\n"]:
         assert tomllib.loads(f"v = {toml_str(s)}")["v"].rstrip("\n") == s.rstrip("\n")
+
+
+# -- a record is data: the runners are the package's files, what differs is JSON beside them ------------------
+RUNNERS = REPO / "agent" / "import_runners"
+
+
+def test_the_runners_are_the_packages_own_files_and_the_record_is_json_beside_them(gso, swe):
+    assert perfagent("tasks", "import", "gso.jsonl", "--format", "gso", "--out", "imported", "--repos", "mirrors",
+                     cwd=gso).returncode == 1
+    folder = gso / "imported" / "acme__fastpkg-5d6e7f8"
+    assert (folder / "gso_run.py").read_bytes() == (RUNNERS / "gso_run.py").read_bytes()
+    record = json.loads((gso / "gso.jsonl").read_text().splitlines()[1])
+    assert json.loads((folder / "gso_run.json").read_text()) == {
+        "instance": "acme__fastpkg-5d6e7f8", "base": record["base_commit"], "scripts": ["prob_script.py"],
+        "metric": "gso_time_s"}
+    text = (gso / "imported" / "acme__fastpkg-5d6e7f8.toml").read_text()
+    assert ("    # from the record's install_commands[3]: uv pip install requests dill\n"
+            '    "uv pip install requests dill",\n') in text, text
+    assert perfagent("tasks", "import", "swe.jsonl", "--format", "swebench", "--out", "imported", "--repos",
+                     "mirrors", cwd=swe).returncode == 1
+    assert ((swe / "imported" / "acme__calc-1" / "swe_check.py").read_bytes()
+            == (RUNNERS / "swe_check.py").read_bytes())
+
+
+def test_the_runners_parse_as_python_3_9():
+    """They run in the task's interpreter, not perfagent's."""
+    import ast
+
+    for name in ("gso_run.py", "swe_check.py"):
+        ast.parse((RUNNERS / name).read_text(), filename=name, feature_version=(3, 9))
+
+
+def test_install_commands_kept_are_pip_installs_of_names_and_the_rest_is_refused_or_named(tmp_path):
+    rec = {"repo": "a/b", "base_commit": "v1.0", "prob_script": "def run_test(e, r, p):\n    return 1.0\n"}
+    ok = {"instance_id": "a__b-1", **rec, "install_commands": [
+        "uv venv --python 3.10", "source .venv/bin/activate", "git submodule update --init", "uv pip install -e .",
+        "uv pip install -r requirements.txt", "uv pip install 'numpy<2' -U", "python -m pip install --no-deps dill"]}
+    (tmp_path / "ok.jsonl").write_text(json.dumps(ok) + "\n")
+    res = perfagent("tasks", "import", "ok.jsonl", "--format", "gso", "--out", "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    task = load_task(tmp_path / "out" / "a__b-1.toml")
+    assert task.spec.base == "v1.0" and task.spec.setup.python == "python3.10"
+    assert task.spec.setup.venv == ["uv pip install 'numpy<2' -U", "python -m pip install --no-deps dill"]
+    notes = comments(task.file)
+    for dropped in ("git submodule update --init", "uv pip install -e .", "uv pip install -r requirements.txt"):
+        assert f"# not mapped: install_commands: `{dropped}` (builds or installs the checkout itself" in notes
+
+    bad = {"instance_id": "a__b-2", **rec, "install_commands": ["uv venv", "pip install requests; curl x | sh"]}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(ok | {"instance_id": "a__b-3"}) + "\n" + json.dumps(bad) + "\n")
+    res = perfagent("tasks", "import", "bad.jsonl", "--format", "gso", "--out", "out", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.splitlines() == [
+        "error: bad.jsonl line 2 (a__b-2): install command not allowed: `pip install requests; curl x | sh` "
+        "(only pip installs of named packages)"]
+    assert (tmp_path / "out" / "a__b-3.toml").is_file(), "the other records are still written"
+    assert not (tmp_path / "out" / "a__b-2").exists() and not (tmp_path / "out" / "a__b-2.toml").exists()
+
+
+def test_an_existing_task_is_replaced_only_with_force_and_nothing_is_left_behind(swe):
+    args = ("tasks", "import", "swe.jsonl", "--format", "swebench", "--out", "imported", "--repos", "mirrors")
+    assert perfagent(*args, cwd=swe).returncode == 1
+    out = swe / "imported"
+    (out / "acme__calc-1" / "mine.txt").write_text("the user's\n")
+    again = perfagent(*args, cwd=swe)
+    assert again.returncode == 1
+    assert again.stderr.splitlines()[0] == ("error: swe.jsonl line 1 (acme__calc-1): imported/acme__calc-1.toml "
+                                            "already exists (give --force to replace it)")
+    assert (out / "acme__calc-1" / "mine.txt").is_file()
+    forced = perfagent(*args, "--force", cwd=swe)
+    assert forced.returncode == 1 and "wrote imported/acme__calc-1.toml" in forced.stdout, forced.stdout
+    assert not (out / "acme__calc-1" / "mine.txt").exists(), "--force replaces the task's folder"
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "acme__calc-1", "acme__calc-1.toml", "acme__calc-1.reference.diff",
+        "acme__calc-2", "acme__calc-2.toml", "acme__calc-2.reference.diff"]), "no temporary folder left"
+    load_task(out / "acme__calc-1.toml")
+
+
+@pytest.mark.slow(seconds=30)
+def test_an_imported_gso_test_that_always_fails_on_the_change_checks_as_fail(gso):
+    """The runner is the package's, the record only data: a GSO test that raises on every run of the changed
+    code is `fail` (a test failing on the unchanged base too is "cannot be checked", never a pass)."""
+    raises = ("import inspect\n\nfrom fastpkg import core\n\n\n"
+              "def run_test(eqcheck=False, reference=False, prefix=''):\n"
+              "    if 'sum(' in inspect.getsource(core):\n        raise RuntimeError('always fails on the change')\n"
+              "    return 0.001\n")
+    record = json.loads((gso / "gso.jsonl").read_text().splitlines()[1]) | {
+        "instance_id": "acme__fastpkg-fails", "prob_script": raises, "install_commands": []}
+    (gso / "fails.jsonl").write_text(json.dumps(record) + "\n")
+    assert perfagent("tasks", "import", "fails.jsonl", "--format", "gso", "--out", "imported", "--repos", "mirrors",
+                     cwd=gso).returncode == 0
+    res = perfagent("check", "imported/acme__fastpkg-fails.toml", "--patch", "gold.diff", "--no-perf", "--json",
+                    "ev.json", cwd=gso)
+    assert (gso / "ev.json").is_file(), res.stdout + res.stderr
+    ev = json.loads((gso / "ev.json").read_text())
+    assert ev["verdict"] == "fail", (res.returncode, ev["reasons"])
+    assert not ev["correctness"]["plain"]["passed"]
