@@ -74,13 +74,13 @@ class Workspace:
         src = str(source)
         try:
             if "://" in src or src.startswith("git@"):
-                _git("clone", "--quiet", "--no-checkout", src, str(dest))
+                _git("clone", "--quiet", "--no-checkout", "--", src, str(dest))
             else:
                 path = Path(src).expanduser().resolve()
                 if not path.is_dir():
                     raise WorkspaceError(f"repo not found: {src}")
                 if _is_repo_root(path):
-                    _git("clone", "--quiet", "--shared", "--no-checkout", str(path), str(dest))
+                    _git("clone", "--quiet", "--shared", "--no-checkout", "--", str(path), str(dest))
                 else:
                     _snapshot_folder(path, dest)
             _protect_git_dir(dest / ".git")
