@@ -65,7 +65,7 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
     return CommandRun(name=name, command=res.command, exit_code=res.exit_code, passed=res.ok,
                       timed_out=res.timed_out, duration_s=round(res.duration_s, 3),
                       output_tail=tail(res.output, TAIL_CHARS),
-                      failing_tests=[] if res.ok else failing_tests(res.output))
+                      failing_tests=[] if res.ok else failing_tests(res.output), escaped=res.escaped)
 
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,

@@ -29,6 +29,7 @@ class CommandRun(BaseModel):
     duration_s: float
     output_tail: str = ""
     failing_tests: list[str] = []
+    escaped: str | None = None  # what the sweep after it could not end (agent.env.sandbox.CommandResult)
 
 
 class Correctness(BaseModel):

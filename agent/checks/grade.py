@@ -25,6 +25,14 @@ def could_not_check(e: Evidence, spec: TaskSpec) -> list[str]:
     return [e.error] if e.error is not None else []
 
 
+def processes_outlived(e: Evidence, spec: TaskSpec) -> list[str]:
+    """A command whose processes could not all be ended leaves the sweep's promise unkept: whatever
+    they did after it (and to the next command) is unaccounted for, so nothing is graded on it."""
+    c, b, i = e.correctness, e.bench_check, e.initcheck
+    runs = [e.setup, *((c.plain, c.poison) if c else ()), b.run if b else None, getattr(i, "run", None)]
+    return [f"the {r.name} run: {r.escaped}" for r in runs if r is not None and r.escaped]
+
+
 def changes_nothing(e: Evidence, spec: TaskSpec) -> list[str]:
     return [] if e.changes else ["the patch changes nothing (empty, or only blank lines and trailing spaces)"]
 
@@ -158,6 +166,7 @@ def flagged_code(e: Evidence, spec: TaskSpec) -> list[str]:
 
 RULES: list[tuple[Verdict, Rule]] = [
     ("error", could_not_check),
+    ("error", processes_outlived),
     ("no-change", changes_nothing),
     ("rejected", unclean_patch),
     ("rejected", rewires_the_tests),

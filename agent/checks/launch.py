@@ -87,7 +87,9 @@ class Launcher:
                     with self._lock:
                         if self._servers.get((cmd.interpreter, served)) is server:
                             del self._servers[(cmd.interpreter, served)]
-                    server.close()
+                    if not server.close() and res.escaped is None:
+                        res = replace(res, escaped="processes it left could not be ended: the warm server's "
+                                                   "cgroup did not empty")
                 return res
         if key is None:
             return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},

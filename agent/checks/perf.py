@@ -151,7 +151,17 @@ def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None
     return _metric(side, res, spec)
 
 
+def _swept(side: str, res: CommandResult) -> None:
+    """No sample is taken beside what a bench left running that could not be ended: the evaluation
+    is an error (agent.checks.sides.CheckError), never a round run again as if nothing happened."""
+    if res.escaped:
+        from agent.checks.sides import CheckError  # sides imports this module (through preflight)
+
+        raise CheckError(f"the {side} bench: {res.escaped}")
+
+
 def _metric(side: str, res: CommandResult, spec: PerfSpec) -> Reading:
+    _swept(side, res)
     if not res.ok:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
@@ -207,6 +217,7 @@ class Bench:
                                   path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place))
         except WarmError as e:
             self._cold(f"the warm bench server ended ({e})")
+        _swept(side, res)
         if not self.server.clean:
             self._cold(f"the {side} bench left something behind that could not be removed")
         try:

@@ -4,8 +4,12 @@
 Users bring SGLang or vLLM checkouts that import only in their own environment, so every
 command of a task (tests, bench, the agent's `run`) finds that environment's `python` first on
 PATH. A venv takes minutes to fill and is the same for every run of the task: it is built once,
-outside the sandbox (its commands need the package index), in a folder named after a hash of
-the interpreter and the commands, and reused until either changes.
+in a folder named after a hash of the interpreter and the commands, and reused until either
+changes. Its commands come from the task (hand-written or imported from a record nobody read),
+so each runs in the sandbox (agent.env.sandbox) with the network kept for the package index
+but nothing of the user's: an environment made from an allow-list (no API keys), a scratch
+HOME, TMPDIR and pip cache, only the venv writable, and of the task's folder only the files a
+command names (`pip install -r requirements.txt`), read-only.
 """
 
 from __future__ import annotations
@@ -16,18 +20,29 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import Callable
 
+from agent.env.sandbox import HIDDEN_HOMES, PASSTHROUGH_ENV, isolation, run_command
 from agent.task import SetupSpec, Task, resolve_near
+from agent.util.files import empty_folder
 
 READY = ".perfagent-ready"  # written last: a venv without it is a build that did not finish
 MIN_VERSION = (3, 9)
+# What a build step sees of the user's environment: locale, GPU and compiler choices, and how pip
+# reaches the index the user chose. An allow-list, so API keys and any other secret stay out
+# whatever they are named; HOME, TMPDIR and pip's cache are the build's own (`build_env`).
+BUILD_ENV = tuple(k for k in PASSTHROUGH_ENV if k not in ("HOME", "TMPDIR", "VIRTUAL_ENV")) + (
+    "LC_CTYPE", "LOGNAME", "CC", "CXX", "MAX_JOBS", "TORCH_CUDA_ARCH_LIST",
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST", "PIP_CERT", "PIP_DEFAULT_TIMEOUT",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)
 
 
 class InterpreterError(Exception):
@@ -62,7 +77,7 @@ def prepare(task: Task, *, log: Callable[[str], None] = lambda _: None, cache: P
     if not setup.venv:
         return Interpreter(bin_dir=_named(base, cache))
     venv = cache / "venvs" / venv_key(base, setup.venv)
-    _build(venv, base, setup, cwd=task.file.parent, log=log)
+    _build(venv, base, setup, task_dir=task.file.parent, log=log)
     return Interpreter(bin_dir=venv / "bin", venv=venv)
 
 
@@ -124,54 +139,146 @@ def venv_key(python: str, commands: list[str]) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
-def _build(venv: Path, python: str, setup: SetupSpec, *, cwd: Path, log: Callable[[str], None]) -> None:
+def build_env(venv: Path, scratch: Path) -> dict[str, str]:
+    """The environment of every build step: the allow-listed variables of ours, the venv first on
+    PATH, and HOME, TMPDIR and pip's cache in the build's scratch folder (never the user's ~)."""
+    env = {k: os.environ[k] for k in BUILD_ENV if k in os.environ}
+    return env | {
+        "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "PIP_CACHE_DIR": str(scratch / "pip-cache"),
+        "XDG_CACHE_HOME": str(scratch / "home" / ".cache"), "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{path_without_own_venv()}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONNOUSERSITE": "1",
+    }
+
+
+def _build(venv: Path, python: str, setup: SetupSpec, *, task_dir: Path, log: Callable[[str], None]) -> None:
     """Make and fill the venv once; concurrent runs wait on a lock instead of building it twice."""
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (venv / READY).is_file():
             return
-        shutil.rmtree(venv, ignore_errors=True)
+        scratch = venv.parent / f"{venv.name}.build"  # HOME, TMPDIR, pip's cache: on disk (torch is GBs)
+        _remove(venv)
+        _remove(scratch)
         logfile = venv.parent / f"{venv.name}.log"
+        logfile.write_text("")
         start = time.monotonic()
         log(f"building the task's venv in {venv} from {python} (once on this machine)")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env |= {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
-                "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        steps = [f"{shlex.quote(python)} -m venv {shlex.quote(str(venv))}", *setup.venv]
-        with open(logfile, "w") as out:
+        mode = isolation().mode
+        if mode != "bwrap":
+            log(f"the venv build is not isolated (no bubblewrap; sandbox: {mode}): its commands run on this machine "
+                f"as you, with only an allow-listed environment")
+        executable, prefixes = _base(python)
+        for folder in (venv, scratch / "home", scratch / "tmp", scratch / "pip-cache"):
+            folder.mkdir(parents=True)
+        env = build_env(venv, scratch)
+        steps = [f"{shlex.quote(executable)} -m venv {shlex.quote(str(venv))}", *setup.venv]
+        try:
             for step in steps:
                 log(f"venv: {step}")
-                out.write(f"$ {step}\n")
-                out.flush()
-                code = _step(step, cwd=cwd, env=env, out=out, logfile=logfile, timeout_s=setup.timeout_s, log=log)
+                with open(logfile, "a") as out:
+                    out.write(f"$ {step}\n")
+                named = _task_paths(step, task_dir)
+                code = _step(step, cwd=venv, env=env, logfile=logfile, timeout_s=setup.timeout_s, log=log,
+                             writable=(scratch,), readable=(*prefixes, *named), network=True,
+                             chdir=Path(os.path.realpath(task_dir)) if named else None)
                 if code != 0:
-                    shutil.rmtree(venv, ignore_errors=True)
+                    _remove(venv)
                     why = f"timed out after {setup.timeout_s:g}s" if code is None else f"exit {code}"
                     raise InterpreterError(f"setup.venv: `{step}` failed ({why}): {_last_line(logfile)} "
                                            f"(full log: {logfile})")
+        finally:
+            _remove(scratch)
         (venv / READY).write_text(json.dumps({"python": python, "commands": setup.venv,
                                               "seconds": round(time.monotonic() - start, 1)}))
         log(f"venv ready in {time.monotonic() - start:.0f}s")
 
 
-def _step(step: str, *, cwd: Path, env: dict[str, str], out: IO[str], logfile: Path, timeout_s: float,
-          log: Callable[[str], None], tick_s: float = 10.0) -> int | None:
-    """Run one build step into the log; every `tick_s` say how long it has run and its last line (a
-    first SGLang build is minutes of pip). Its exit code, None when it timed out."""
-    proc = subprocess.Popen(["bash", "-c", step], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    start = time.monotonic()
-    while True:
-        try:
-            return proc.wait(timeout=tick_s)
-        except subprocess.TimeoutExpired:
-            ran = time.monotonic() - start
-            if ran > timeout_s:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return None
-            log(f"venv: {ran:.0f}s: {_last_line(logfile)}")
+def _base(python: str) -> tuple[str, tuple[Path, ...]]:
+    """The program `python` runs (a pyenv shim is a script that picks one from files under ~) and the
+    prefixes it needs, which the sandbox must show (pyenv's are under a hidden home)."""
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(sys.executable, sys.prefix, sys.base_prefix, "
+                              "sys.exec_prefix, sep='\\n')"], capture_output=True, text=True, timeout=60)
+        lines = out.stdout.splitlines() if out.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        lines = []
+    executable = lines[0] if lines and os.path.isabs(lines[0]) and os.access(lines[0], os.X_OK) else python
+    prefixes = {Path(os.path.realpath(p)) for p in lines[1:] if os.path.isabs(p)}
+    prefixes.add(Path(os.path.realpath(executable)).parent.parent)
+    return executable, tuple(sorted(prefixes))
+
+
+def _task_paths(step: str, folder: Path) -> tuple[Path, ...]:
+    """The files and folders of the task's folder that `step` names (`-r requirements.txt`, `./wheels`):
+    shown read-only, and the rest of the folder (other tasks, reference patches) stays out. Not one:
+    a name leading out of the folder (`../`, a link), through a hidden name (`.ssh`, `.git`), or to a
+    folder holding a home (a task file kept in ~ must not open ~ to its commands)."""
+    try:
+        words = shlex.split(step)
+    except ValueError:
+        words = step.split()
+    root = Path(os.path.realpath(folder))
+    homes = [Path(os.path.realpath(h)) for h in (*HIDDEN_HOMES, os.path.expanduser("~"))]
+    out: list[Path] = []
+    for part in (p for word in words for p in word.split("=")):
+        for name in (part, part[2:] if part.startswith("-") else ""):  # -rrequirements.txt
+            if not name or name.startswith("-"):
+                continue
+            place = Path(os.path.normpath(root / name))
+            real = Path(os.path.realpath(place))
+            inside = all(p == root or root in p.parents for p in (place, real))
+            if not inside or not os.path.exists(real) or real in out:
+                continue
+            hidden = any(n.startswith(".") for p in (place, real) for n in p.relative_to(root).parts)
+            if not hidden and not any(h == real or real in h.parents for h in homes):
+                out.append(real)
+    return tuple(out)
+
+
+def _remove(folder: Path) -> None:
+    """Remove a folder a build step could write to, whatever modes it left there; what stays is left."""
+    try:
+        empty_folder(folder)
+        folder.rmdir()
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _step(step: str, *, cwd: Path, env: dict[str, str], logfile: Path, timeout_s: float,
+          log: Callable[[str], None], tick_s: float = 10.0, writable: tuple[Path, ...] = (),
+          readable: tuple[Path, ...] = (), network: bool = False,
+          chdir: Path | None = None) -> int | None:
+    """Run one build step sealed, in `cwd` (or `chdir`), its output appended to the log; every `tick_s`
+    say how long it has run and its last line (a first SGLang build is minutes of pip). Its exit code,
+    None when it timed out (then every process of it is killed)."""
+    command = f"exec >>{shlex.quote(str(logfile))} 2>&1\n"
+    if chdir is not None:
+        command += f"cd {shlex.quote(str(chdir))} || exit 1\n"
+    done = threading.Event()
+
+    def tell() -> None:
+        start = time.monotonic()
+        while not done.wait(tick_s):
+            log(f"venv: {time.monotonic() - start:.0f}s: {_last_line(logfile)}")
+
+    ticker = threading.Thread(target=tell, daemon=True, name="venv-progress")
+    ticker.start()
+    try:
+        res = run_command(command + step, cwd, timeout_s=timeout_s, env=env, writable=(logfile, *writable),
+                          readable=readable, network=network)
+    finally:
+        done.set()
+        ticker.join()
+    if res.output.strip() and not res.ok:  # what the sandbox itself said (bwrap's own errors)
+        with open(logfile, "a") as out:
+            out.write(res.output.rstrip() + "\n")
+    if res.escaped:  # a build that leaves processes running is not a venv to trust
+        with open(logfile, "a") as out:
+            out.write(res.escaped + "\n")
+        return res.exit_code or 1
+    return None if res.timed_out else res.exit_code
 
 
 def _last_line(logfile: Path) -> str:

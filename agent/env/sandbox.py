@@ -146,6 +146,9 @@ class CommandResult:
     # it started; None where not known.
     wall_s: float | None = None
     cpu_s: float | None = None
+    # What the sweep after the command could not end (its cgroup, or the warm server's PID namespace,
+    # did not empty); None when nothing it started is left. Never a pass: agent.checks.grade.
+    escaped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -242,10 +245,11 @@ Readable = tuple[Path | tuple[Path, Path], ...]  # folders, or (folder, where th
 
 
 def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: Readable = (),
-                seccomp: tuple[int, ...] = (), tmpfs_bytes: int | None = None) -> list[str]:
+                seccomp: tuple[int, ...] = (), tmpfs_bytes: int | None = None, network: bool = False) -> list[str]:
     """An allow-list: the system folders, then exactly the folders the command needs (its Python,
     its PATH, its PYTHONPATH, `readable`) read-only and its own folders writable; nothing else of
-    the machine exists inside (no task folder, no reference patch, no other checkout, no results)."""
+    the machine exists inside (no task folder, no reference patch, no other checkout, no results).
+    `network` keeps the host's network (a task's venv build only: its commands fetch packages)."""
     argv = ["bwrap"]
     for top in SYSTEM_ROOTS:
         if os.path.islink(top):
@@ -261,7 +265,7 @@ def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], read
         argv += [*size, "--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
         argv += ["--dev-bind-try", dev, dev]
-    for item in [*_needed_binds(env), *readable]:
+    for item in [*_needed_binds(env), *readable, *(_resolver_files() if network else ())]:
         source, place = item if isinstance(item, tuple) else (item, item)
         argv += ["--ro-bind-try", str(source), str(place)]
     for path in (cwd, *writable):
@@ -271,8 +275,21 @@ def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], read
         argv += ["--ro-bind", str(git_dir), str(git_dir)]
         for objects in _alternates(git_dir / "objects"):
             argv += ["--ro-bind-try", str(objects), str(objects)]
-    return argv + ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                   "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", str(cwd), "--"]
+    return argv + ["--unshare-pid", *([] if network else ["--unshare-net"]), "--unshare-ipc", "--unshare-uts",
+                   "--unshare-cgroup-try", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+                   "--chdir", str(cwd), "--"]
+
+
+def _resolver_files() -> list[Path]:
+    """Where /etc's name-service files lead outside the system folders (a resolv.conf linked into
+    /run by systemd-resolved): with the network kept, names must resolve too."""
+    system = [Path(os.path.realpath(top)) for top in SYSTEM_ROOTS]
+    out = []
+    for name in ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf"):
+        real = Path(os.path.realpath(name))
+        if real.exists() and not any(s in real.parents for s in system):
+            out.append(real)
+    return out
 
 
 def scratch_places() -> tuple[str, ...]:
@@ -347,12 +364,13 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
 
 def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: Readable,
                 env: dict[str, str], limits: ResourceLimits, timeout_s: float,
-                seccomp: tuple[int, ...] = ()) -> list[str]:
-    """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`."""
+                seccomp: tuple[int, ...] = (), network: bool = False) -> list[str]:
+    """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`; `network`:
+    the host's network is kept (see `_bwrap_argv`)."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return _bwrap_argv(cwd, writable, env, readable, seccomp, limits.tmpfs_bytes) + shell
-    if mode == "unshare":
+        return _bwrap_argv(cwd, writable, env, readable, seccomp, limits.tmpfs_bytes, network) + shell
+    if mode == "unshare" and not network:
         return ["unshare", "-n", "--", *shell]
     return shell
 
@@ -439,6 +457,7 @@ def run_command(
     cancel: threading.Event | None = None,
     pass_fds: tuple[int, ...] = (),
     account_cpu: bool = False,
+    network: bool = False,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`, sealed; never raises for the command's own failures.
 
@@ -447,6 +466,7 @@ def run_command(
     ends the command as a timeout does (a relay that has seen the budget spent). `pass_fds` are
     inherited by the command (a key the check hook reads, agent.checks.correctness). `account_cpu`:
     the result's `cpu_s` is the CPU time of every process of the sandbox (bubblewrap only).
+    `network` keeps the host's network; the default is none (only a task's venv build needs it).
     """
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
@@ -455,7 +475,7 @@ def run_command(
     group = cgroup.Cgroup.create(limits.memory_bytes, limits.processes) if mode == "bwrap" else None
     with seccomp_filter(mode == "bwrap") as seccomp:
         argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env, limits, timeout_s,
-                           seccomp)
+                           seccomp, network)
         account_cpu = account_cpu and mode == "bwrap"  # elsewhere an orphan may outlive the command
         if account_cpu:
             argv = [sys.executable, "-I", "-S", "-c", _REAPER, *argv]
@@ -483,8 +503,7 @@ def run_command(
         wall_s = time.monotonic() - start if proc.returncode is not None else None
     finally:
         _kill_group(proc)
-        if group:
-            group.remove()
+        emptied = group.remove() if group else True
         reader.stop_at = time.monotonic() + 2  # unsandboxed, a daemon may hold the pipe open
         reader.join()
         os.close(read_fd)
@@ -494,8 +513,10 @@ def run_command(
         text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
     elif cancelled:
         text += "\n[cancelled; every process of the command killed]"
+    escaped = None if emptied or group is None else (
+        f"processes the command started could not be ended: its cgroup ({group.dirs[0].name}) did not empty")
     return CommandResult(command, code, text, time.monotonic() - start, timed_out, cut, mode, wall_s,
-                         cpu_s if account_cpu else None)
+                         cpu_s if account_cpu else None, escaped)
 
 
 def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:

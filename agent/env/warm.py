@@ -234,22 +234,27 @@ class WarmPython:
         if reply["timed_out"]:
             text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"
         display = shlex.join([cmd.interpreter, *(["-m"] if cmd.module else []), *cmd.argv])
-        self.clean = reply.get("clean", True)
+        escaped = reply.get("escaped")
+        # a server whose sweep left a process is replaced: closing it ends its whole cgroup
+        self.clean = reply.get("clean", True) and not escaped
         return CommandResult(display, reply["exit"] if not reply["timed_out"] else -signal.SIGKILL, text,
                              time.monotonic() - start, reply["timed_out"], reply["cut"], "bwrap",
-                             reply.get("wall_s"), reply.get("cpu_s"))
+                             reply.get("wall_s"), reply.get("cpu_s"), escaped)
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """End the server and everything in its sandbox; whether its cgroup emptied (True where it has none)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        emptied = True
         if self.group:
-            self.group.remove()
+            emptied = self.group.remove()
             self.group = None
         for pipe in (self.requests, self.replies):
             try:
                 pipe.close()
             except OSError:
                 pass
+        return emptied

@@ -8,7 +8,8 @@ names, which no other process in the sandbox holds (bwrap's init closes them). E
   process of the code under test;
 - gets its own session and a capped pipe for stdout + stderr;
 - leaves no process behind: after it ends, every other process in the sandbox's PID
-  namespace is killed, so one run cannot leave a daemon behind for the next;
+  namespace is killed (and reaped) until none is left, so one run cannot leave a daemon behind
+  for the next, and the reply says so (`escaped`) where that could not be done;
 - may run in a folder of its own (`cwd`, with `path` put where PYTHONPATH would be), for a
   server shared by several checkouts (agent.checks.perf's bench rounds); such a server also
   empties every writable place (PERFAGENT_WIPE) after each child, restores /dev and removes
@@ -40,6 +41,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 IPC_RMID = 0
+SWEEP_S = 5  # how long the sweep after a child may try to empty the namespace before it says it could not
 # Landlock (Linux 5.13+, no privilege needed): syscalls 444-446 on x86_64 and aarch64 alike.
 LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_CREATE_RULESET_VERSION = 1, 1
@@ -85,26 +87,66 @@ def _cpu(usage):
 
 
 def _sweep(keep):
-    """Kill every process of the namespace but ours; the CPU time of those we reap. The server is
+    """Kill every process of the namespace but ours, until none is left or SWEEP_S has passed, and
+    reap them; (the CPU time of those we reaped, the pids still there at the end). The server is
     their subreaper, so what a child left behind (running, or ended and not waited for) is ours to
-    reap and its CPU time is counted: work moved into an orphan is not hidden from `cpu_s`."""
+    reap and its CPU time is counted: work moved into an orphan is not hidden from `cpu_s`.
+
+    A kill by pid races a process that forks and exits every few ms: it has a new pid before the
+    kill lands. Where the server and bwrap's init are all there is to keep, kill(-1, SIGKILL) ends
+    every other process of the namespace in one call (the kernel spares only PID 1 and the caller,
+    and a fork under way gets the signal too), so nothing slips between a listing and a kill.
+    Elsewhere each round stops every process it lists (a stopped process forks no more), then
+    kills them all; the rounds go on while one is left."""
     cpu = 0.0
-    for _ in range(3):
+    alone = keep <= {1, os.getpid()} and _comm(1) == "bwrap"
+    deadline = time.monotonic() + SWEEP_S
+    while True:
+        cpu += _reap_orphans(None)
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
         if not others:
-            break
-        for pid in others:
+            return cpu, []
+        if time.monotonic() > deadline:
+            return cpu, others
+        if alone:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(-1, signal.SIGKILL)
             except OSError:
                 pass
-        for pid in others:
-            try:
-                cpu += _cpu(os.wait4(pid, 0)[2])
-            except OSError:
-                pass
-        time.sleep(0.01)
-    return cpu
+        else:
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in others:
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+        time.sleep(0.001)
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _reap_orphans(child):
+    """Reap every ended process that is ours but `child` (left for `_collect`'s own wait): what a
+    child left, reparented to the server, would pile up as zombies while it runs (a fork loop
+    leaves one every few ms). Their CPU time."""
+    cpu = 0.0
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return cpu
+        if info is None or info.si_pid == child:
+            return cpu
+        try:
+            cpu += _cpu(os.wait4(info.si_pid, 0)[2])
+        except ChildProcessError:
+            pass
 
 
 def _wipe(folder):
@@ -313,6 +355,7 @@ def _collect(pid, read_fd, timeout_s, limit, start=None):
     start = time.monotonic() if start is None else start
     deadline = start + timeout_s
     status, timed_out, ended_at, usage, late_output = None, False, None, None, start
+    orphans = 0.0  # the CPU time of what the child left and we reaped meanwhile
     waiting = 0  # bytes in the pipe when the child exited: its own output, not an orphan's
     try:
         pidfd = os.pidfd_open(pid)
@@ -330,6 +373,7 @@ def _collect(pid, read_fd, timeout_s, limit, start=None):
                 waiting = 0
 
     while True:
+        orphans += _reap_orphans(pid if status is None else None)
         if status is None:
             reap(os.WNOHANG)
         now = time.monotonic()
@@ -341,11 +385,12 @@ def _collect(pid, read_fd, timeout_s, limit, start=None):
                 pass
             reap(0)
             ended_at = now
-        wait = 0.05 if status is None else max(0.0, ended_at + 0.5 - now)
+        # after the exit, half a second for late output, in steps short enough to reap what it left
+        wait = 0.05 if status is None else min(0.05, max(0.0, ended_at + 0.5 - now))
         watched = [read_fd] if status is not None or pidfd is None else [read_fd, pidfd]
         ready, _, _ = select.select(watched, [], [], wait)
         if read_fd not in ready:
-            if status is not None and not ready:
+            if status is not None and not ready and time.monotonic() >= ended_at + 0.5:
                 break
             continue
         chunk = os.read(read_fd, 1 << 16)
@@ -377,7 +422,7 @@ def _collect(pid, read_fd, timeout_s, limit, start=None):
     else:
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else 1
     return {"exit": code, "output": text, "timed_out": timed_out, "cut": cut,
-            "wall_s": max(ended_at, late_output) - start, "cpu_s": _cpu(usage) if usage is not None else None}
+            "wall_s": max(ended_at, late_output) - start, "cpu_s": _cpu(usage) + orphans if usage is not None else None}
 
 
 def main():
@@ -429,7 +474,10 @@ def main():
         os.close(write_fd)
         result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)), start)
         result["duration_s"] = time.monotonic() - start
-        left = _sweep(keep)
+        left, stayed = _sweep(keep)
+        if stayed:  # never a result as if nothing were left: the host makes it an error (agent.env.warm)
+            result["escaped"] = (f"{len(stayed)} processes the command started could not be ended: the warm "
+                                 f"server's sweep did not empty its sandbox in {SWEEP_S}s")
         if result["cpu_s"] is not None:  # without a subreaper an orphan's CPU time is no one's to count
             result["cpu_s"] = result["cpu_s"] + left if subreaper else None
         if wipe:

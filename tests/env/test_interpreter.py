@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from agent.checks import Checker
 from agent.env.interpreter import READY, InterpreterError, prepare
+from agent.env.sandbox import isolation, run_command
 from agent.task import TaskError, load_task
 from tests.helpers import make_repo
 
@@ -153,14 +157,152 @@ def test_a_long_build_step_says_how_it_goes(tmp_path: Path) -> None:
 
     said: list[str] = []
     logfile = tmp_path / "build.log"
-    with open(logfile, "w") as out:
-        code = _step("echo Collecting torch; sleep 0.6; echo Installing; sleep 0.6", cwd=tmp_path, env=dict(os.environ),
-                     out=out, logfile=logfile, timeout_s=30, log=said.append, tick_s=0.25)
+    logfile.write_text("")
+    code = _step("echo Collecting torch; sleep 0.6; echo Installing; sleep 0.6", cwd=tmp_path, env=dict(os.environ),
+                 logfile=logfile, timeout_s=30, log=said.append, tick_s=0.25)
     assert code == 0
     assert any(m.endswith(": Collecting torch") for m in said) and any(m.endswith(": Installing") for m in said)
     assert all(m.startswith("venv: ") and "s: " in m for m in said), said
-    with open(logfile, "w") as out:
-        start = time.monotonic()
-        code = _step("sleep 30", cwd=tmp_path, env=dict(os.environ), out=out, logfile=logfile, timeout_s=0.5,
-                     log=said.append, tick_s=0.25)
+    start = time.monotonic()
+    code = _step("sleep 30", cwd=tmp_path, env=dict(os.environ), logfile=logfile, timeout_s=0.5,
+                 log=said.append, tick_s=0.25)
     assert code is None and time.monotonic() - start < 10
+
+
+# -- the build is sealed: an allow-listed environment, a scratch HOME, network only for it ---------
+SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-build-secret", "OPENAI_API_KEY": "sk-oai-build-secret",
+           "SOME_SERVICE_TOKEN": "tok-build-secret"}  # a name no deny-list would know
+
+
+def test_a_build_step_sees_an_allow_list_and_a_home_of_its_own(tmp_path: Path, own_cache: Path,
+                                                               tmp_path_factory: pytest.TempPathFactory,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team: a venv command prints its environment and reads the user's home; it sees no secret,
+    a scratch HOME (gone after the build) and pip's cache there, and the locale it was given."""
+    home = tmp_path_factory.mktemp("home")
+    (home / "secret.txt").write_text("HOME-SECRET")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    probe = (f'env > "$VIRTUAL_ENV/seen-env"; cat {home}/secret.txt "$HOME/secret.txt" > "$VIRTUAL_ENV/seen-home" '
+             '2>&1; echo "home: $HOME"; pip --version')
+    venv = prepare(load_task(write_task(tmp_path, f"venv = [{json.dumps(probe)}]"))).venv
+    assert venv is not None
+    seen = dict(line.split("=", 1) for line in (venv / "seen-env").read_text().splitlines() if "=" in line)
+    log = (venv.parent / f"{venv.name}.log").read_text()
+    for name, value in SECRETS.items():
+        assert name not in seen and value not in log, name
+    assert "HOME-SECRET" not in (venv / "seen-home").read_text()
+    scratch = venv.parent / f"{venv.name}.build"
+    assert seen["HOME"] == str(scratch / "home") and seen["PIP_CACHE_DIR"] == str(scratch / "pip-cache"), seen
+    assert seen["LANG"] == "C.UTF-8" and seen["PATH"].startswith(f"{venv}/bin:") and seen["VIRTUAL_ENV"] == str(venv)
+    assert "pip " in log and not scratch.exists(), "the scratch HOME and pip cache go with the build"
+
+
+def _server() -> tuple[socket.socket, list[int]]:
+    """A TCP server on 127.0.0.1 in the host's network namespace, counting the connections it accepts."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while server.fileno() != -1:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, accepted
+
+
+def test_a_sandboxed_command_has_the_network_only_when_asked(tmp_path: Path) -> None:
+    """`run_command`'s network is off by default (a server on the host's 127.0.0.1 is out of reach)
+    and kept with `network=True` (what only a venv build asks for)."""
+    if isolation().mode == "none":
+        pytest.skip("no network namespace on this machine")
+    server, accepted = _server()
+    port = server.getsockname()[1]
+    probe = (f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); "
+             "print('CONNECTED')\"")
+    try:
+        sealed = run_command(probe, tmp_path, timeout_s=60)
+        assert not sealed.ok and "CONNECTED" not in sealed.output and not accepted, sealed.output
+        opened = run_command(probe, tmp_path, timeout_s=60, network=True)
+        assert opened.ok and "CONNECTED" in opened.output, opened.output
+        deadline = time.monotonic() + 5
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert accepted == [1]
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_build_has_the_network(tmp_path: Path, own_cache: Path) -> None:
+    """The venv build keeps the network (its commands fetch packages): the same server is reached."""
+    if isolation().mode == "none":
+        pytest.skip("no network namespace on this machine")
+    server, accepted = _server()
+    port = server.getsockname()[1]
+    reach = f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)\""
+    try:
+        prepare(load_task(write_task(tmp_path, f"venv = [{json.dumps(reach)}]")))
+        assert accepted == [1]
+    finally:
+        server.close()
+
+
+def _wheel(folder: Path) -> None:
+    """A one-module wheel written by hand (no build backend, no index)."""
+    folder.mkdir()
+    info = "tinydep-0.1.dist-info"
+    files = {"tinydep.py": "VALUE = 5\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / "tinydep-0.1-py3-none-any.whl", "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+
+
+@pytest.mark.slow
+def test_a_requirements_file_in_the_task_folder_installs_read_only(tmp_path: Path, own_cache: Path) -> None:
+    """A hand-written task installs from its own folder (`-r requirements.txt`, a wheels folder): the
+    files the command names are shown read-only; the rest of the folder (the task file, its reference
+    patches) is not there, and nothing is written into it."""
+    _wheel(tmp_path / "wheels")
+    (tmp_path / "requirements.txt").write_text("tinydep==0.1\n")
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "ref.diff").write_text("the answer\n")
+    install = ("pip install --no-index --find-links wheels -r requirements.txt && "
+               "{ touch written; ls -A .; cat patches/ref.diff; } > \"$VIRTUAL_ENV/seen\" 2>&1; true")
+    venv = prepare(load_task(write_task(tmp_path, f"venv = [{json.dumps(install)}]"))).venv
+    assert venv is not None
+    ran = subprocess.run([str(venv / "bin" / "python"), "-c", "import tinydep; print(tinydep.VALUE)"],
+                         capture_output=True, text=True)
+    assert ran.stdout.strip() == "5", ran.stderr
+    seen = (venv / "seen").read_text()
+    listed = set(seen.split())
+    assert {"requirements.txt", "wheels"} <= listed and not {"task.toml", "patches", "repo"} & listed, seen
+    assert "the answer" not in seen and not (tmp_path / "written").exists(), seen
+
+
+def test_only_plain_names_inside_the_task_folder_are_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a build step may see of the task's folder: what it names there, never past a hidden name,
+    out through `..` or a link, nor a folder holding the user's home."""
+    from agent.env.interpreter import _task_paths
+
+    task = tmp_path / "task"
+    for name in ("requirements.txt", "wheels/a.whl", ".ssh/id_rsa", "home/.netrc"):
+        (task / name).parent.mkdir(parents=True, exist_ok=True)
+        (task / name).write_text("x")
+    (tmp_path / "outside.txt").write_text("x")
+    (task / "link.txt").symlink_to(tmp_path / "outside.txt")
+    monkeypatch.setenv("HOME", str(task / "home"))
+    step = (f"pip install -rrequirements.txt --find-links=./wheels -c {task}/.ssh/id_rsa ../outside.txt link.txt "
+            "home . missing.txt")
+    assert _task_paths(step, task) == (task / "requirements.txt", task / "wheels")
