@@ -60,6 +60,8 @@ class ExternalAgent(ABC):
     cumulative_cost: ClassVar[bool] = False
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
     version_pattern: ClassVar[str] = r"(\d+(?:\.\d+)+)"  # its last group is the version
+    # Models it asks for beside the run's own (Claude Code's background Haiku): each priced, listed in the README.
+    side_models: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model: str = ""):
         self.model = model or self.default_model
@@ -69,6 +71,10 @@ class ExternalAgent(ABC):
     def provider(self) -> Provider:
         """Whose API the agent speaks for this model."""
         return "anthropic"
+
+    def models(self) -> tuple[str, ...]:
+        """The only models the relay forwards its requests for: the run's and its side models."""
+        return (self.model, *self.side_models)
 
     def prepare(self, session: Session) -> None:
         """Write what the agent reads before it starts (its config under `session.home`), on the host."""

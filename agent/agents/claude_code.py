@@ -13,6 +13,11 @@ from pathlib import Path
 from agent.agents.base import AgentResult, ExternalAgent, Session, last_json_line
 from agent.models.base import DEFAULT_ANTHROPIC_MODEL
 
+# Its background tasks and the "haiku" alias a subagent may name: 2.1.330 sends claude-haiku-5-5, which the
+# price table lacks, so it is pinned to a priced Haiku (and the relay forwards no other). The "opus" and
+# "sonnet" aliases (2.1.330: claude-opus-5-5, ...) are pinned to the run's model.
+SIDE_MODEL = "claude-haiku-4-5"
+
 
 class ClaudeCode(ExternalAgent):
     name = "claude-code"
@@ -21,6 +26,7 @@ class ClaudeCode(ExternalAgent):
     default_model = DEFAULT_ANTHROPIC_MODEL
     min_version = (2, 0)
     cumulative_cost = True  # `total_cost_usd` after `--resume` is the session's, earlier rounds included
+    side_models = (SIDE_MODEL,)
 
     def command(self, session: Session, binary: Path) -> list[str]:
         argv = [str(binary), "-p", session.prompt, "--output-format", "json", "--model", self.model,
@@ -30,7 +36,9 @@ class ClaudeCode(ExternalAgent):
     def env(self, session: Session) -> dict[str, str]:
         return {"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                 "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "CLAUDE_CONFIG_DIR": str(session.home / ".claude")}
+                "CLAUDE_CONFIG_DIR": str(session.home / ".claude"),
+                "ANTHROPIC_SMALL_FAST_MODEL": SIDE_MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": SIDE_MODEL,
+                "ANTHROPIC_DEFAULT_SONNET_MODEL": self.model, "ANTHROPIC_DEFAULT_OPUS_MODEL": self.model}
 
     def read_result(self, stdout: str, session: Session) -> AgentResult:
         doc = last_json_line(stdout, {"type": "result"})

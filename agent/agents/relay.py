@@ -5,9 +5,14 @@ The agent's sandbox has no network. Inside it, a small bridge listens on 127.0.0
 this relay answers. The relay
 - forwards only the provider's API paths to the real endpoint, adding the real API key (the
   agent only ever holds a placeholder), and reads every answer decoded so it can count it;
+- forwards a metered request only when it names one of the run's models (the run's own and the
+  side models its agent is known to use, `Relay.models`), and answers any other with the
+  provider's own error, naming the allowed ones: the agent cannot pick a model of its own;
 - refuses everything else, a proxied CONNECT to another host included, and records it;
-- counts the tokens of every response, JSON or server-sent events, and prices them with our
-  table, so the cost comes from the wire and not from what the agent says about itself;
+- counts the tokens (and server-side web searches) of every response, JSON or server-sent events,
+  and prices them with our table, so the cost comes from the wire and not from what the agent says
+  about itself; a model the table lacks is charged at its dearest prices (`Meter.unpriced` counts
+  those answers), so the run's cost is never unknown and the budget always holds;
 - reserves each metered request's worst case (its body's size in input tokens, its output limit)
   before forwarding it, with at most MAX_IN_FLIGHT out at once; a request whose worst case does
   not fit beside those in flight waits for them to be metered, one that does not fit in what is
@@ -30,7 +35,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -42,7 +47,7 @@ from agent.models.anthropic import usage_from_api as anthropic_usage
 from agent.models.base import Usage
 from agent.models.budget import Spend, fits_budget
 from agent.models.openai import usage_from_api as openai_chat_usage
-from agent.models.pricing import PriceTable
+from agent.models.pricing import PriceTable, normalize_model_id
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -112,6 +117,9 @@ DEFAULT_MAX_OUTPUT = 128_000
 # Input tokens are estimated from the request body's size: a token is 3 to 4 characters of English
 # or code, more for JSON's escapes and markup, so one per 3 bytes reads high, which a reservation should.
 BYTES_PER_TOKEN = 3
+# Server-side web searches a request may make when its tool names no cap (Anthropic's `max_uses`, the Responses
+# API's `max_tool_calls`): reserved at the search price. Claude Code's WebSearch caps each request at 8.
+DEFAULT_MAX_SEARCHES = 20
 
 
 @dataclass
@@ -147,21 +155,21 @@ class Meter(Spend):
 
     def __post_init__(self) -> None:
         self._changed = threading.Condition(self.lock)
+        self.charge_unpriced = True  # an agent's request must never make the run's cost unknown
 
     @property
     def reserved_usd(self) -> float:
         return sum(t.reserved_usd or 0.0 for t in self.in_flight.values())
 
-    def worst_case(self, model: str, input_tokens: int, max_output: int) -> tuple[Usage, float | None]:
-        """The most a request can cost: its input at the dearest input-side price (a cache write), its output
-        limit at the output price."""
-        candidates = [Usage(input_tokens=input_tokens, output_tokens=max_output),
-                      Usage(cache_write_5m=input_tokens, output_tokens=max_output),
-                      Usage(cache_write_1h=input_tokens, output_tokens=max_output)]
-        priced = [(self._cost(model, u, self.prices), u) for u in candidates]
-        if any(cost is None for cost, _ in priced):
-            return candidates[0], None
-        cost, usage = max(priced, key=lambda p: p[0])  # type: ignore[arg-type, return-value]
+    def worst_case(self, model: str, input_tokens: int, max_output: int, searches: int = 0) -> tuple[Usage, float]:
+        """The most a request can cost: its input at the dearest input-side price (a cache write; a long-context
+        tier's once the input passes it), its output limit at the output price, and its searches; a model the
+        table lacks at the table's dearest prices."""
+        candidates = [Usage(input_tokens=input_tokens, output_tokens=max_output, web_search_requests=searches),
+                      Usage(cache_write_5m=input_tokens, output_tokens=max_output, web_search_requests=searches),
+                      Usage(cache_write_1h=input_tokens, output_tokens=max_output, web_search_requests=searches)]
+        priced = [(float(self.charge(model, u, self.prices)[0] or 0), u) for u in candidates]
+        cost, usage = max(priced, key=lambda p: p[0])
         return usage, cost
 
     def admit(self, rid: str, ticket: Ticket) -> str | None:
@@ -270,15 +278,17 @@ def metered_usage(provider: Provider, path: str, body: Any, events: list[dict[st
                     model, usage = msg.get("model") or model, dict(msg.get("usage") or {})
                 elif e.get("type") == "message_delta":  # cumulative counts; later ones win
                     usage.update({k: v for k, v in (e.get("usage") or {}).items() if v is not None})
-            return (model, anthropic_usage(usage)) if usage else None
+            return (model, messages_usage(usage)) if usage else None
         if isinstance(body, dict) and isinstance(body.get("usage"), dict):
-            return body.get("model") or "", anthropic_usage(body["usage"])
+            return body.get("model") or "", messages_usage(body["usage"])
         return None
     if path.endswith("/responses"):
         response = next((e.get("response") for e in reversed(events) if e.get("type") == "response.completed"),
                         body if isinstance(body, dict) else None)
         if isinstance(response, dict) and isinstance(response.get("usage"), dict):
-            return response.get("model") or "", responses_usage(response["usage"])
+            searches = sum(1 for item in response.get("output") or []
+                           if isinstance(item, dict) and item.get("type") == "web_search_call")
+            return response.get("model") or "", responses_usage(response["usage"], searches)
         return None
     chunks = events or ([body] if isinstance(body, dict) else [])
     with_usage = [c for c in chunks if isinstance(c.get("usage"), dict)]
@@ -287,22 +297,55 @@ def metered_usage(provider: Provider, path: str, body: Any, events: list[dict[st
     return with_usage[-1].get("model") or "", openai_chat_usage(with_usage[-1]["usage"])
 
 
-def responses_usage(usage: dict[str, Any]) -> Usage:
-    """OpenAI's Responses API counts cached input inside input_tokens."""
+def messages_usage(usage: dict[str, Any]) -> Usage:
+    """Anthropic's usage, with the server-side web searches it bills per search (`server_tool_use`)."""
+    searches = (usage.get("server_tool_use") or {}).get("web_search_requests")
+    tokens = anthropic_usage(usage)
+    tokens.web_search_requests = searches if isinstance(searches, int) and searches > 0 else 0
+    return tokens
+
+
+def responses_usage(usage: dict[str, Any], searches: int = 0) -> Usage:
+    """OpenAI's Responses API counts cached input inside input_tokens; its searches are the answer's
+    `web_search_call` items, billed per call."""
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
     return Usage(input_tokens=max(0, (usage.get("input_tokens") or 0) - cached),
-                 output_tokens=usage.get("output_tokens") or 0, cache_read=cached)
+                 output_tokens=usage.get("output_tokens") or 0, cache_read=cached, web_search_requests=searches)
+
+
+def request_model(body: Any) -> str:
+    """The model a request names ('' for none)."""
+    model = body.get("model") if isinstance(body, dict) else None
+    return model.strip() if isinstance(model, str) else ""
+
+
+def allowed_model(model: str, models: frozenset[str] | None) -> bool:
+    """Whether `model` is one of the run's (None: any), compared as the price table looks ids up, so
+    `anthropic/claude-sonnet-4-6` (litellm) or a dated snapshot is the model it names."""
+    return models is None or (bool(model) and normalize_model_id(model) in models)
+
+
+def request_searches(provider: Provider, body: dict[str, Any]) -> int:
+    """The most server-side web searches a request can make: each web search tool's cap, else
+    `DEFAULT_MAX_SEARCHES` (0 without one)."""
+    tools = [t for t in body.get("tools") or []
+             if isinstance(t, dict) and str(t.get("type", "")).startswith("web_search")]
+    if not tools:
+        return 0
+    caps = [t.get("max_uses") for t in tools] if provider == "anthropic" else [body.get("max_tool_calls")]
+    return sum(c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else DEFAULT_MAX_SEARCHES for c in caps)
 
 
 def request_worst_case(meter: Meter, provider: Provider, route: str, body: Any, size: int) -> Ticket:
     """A ticket for one metered request, reserving the most it can cost: its body's size in input tokens
     (`BYTES_PER_TOKEN`) and its output limit (`DEFAULT_MAX_OUTPUT` when it names none)."""
     body = body if isinstance(body, dict) else {}
-    model = body.get("model") if isinstance(body.get("model"), str) else ""
+    model = request_model(body)
     names = ("max_tokens",) if provider == "anthropic" else (
         ("max_output_tokens",) if route.endswith("/responses") else ("max_completion_tokens", "max_tokens"))
     limits = [v for v in (body.get(n) for n in names) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-    worst, cost = meter.worst_case(model, -(-size // BYTES_PER_TOKEN), max(limits) if limits else DEFAULT_MAX_OUTPUT)
+    worst, cost = meter.worst_case(model, -(-size // BYTES_PER_TOKEN), max(limits) if limits else DEFAULT_MAX_OUTPUT,
+                                   request_searches(provider, body))
     return Ticket(route, model, worst, cost)
 
 
@@ -340,8 +383,13 @@ class Relay:
     """
 
     def __init__(self, upstream: Upstream, meter: Meter, socket_path: Path,
-                 log: Callable[[dict[str, Any]], None] = lambda record: None, drain_s: float | None = None):
+                 log: Callable[[dict[str, Any]], None] = lambda record: None, drain_s: float | None = None,
+                 models: Iterable[str] | None = None):
+        """`models`: the only models a metered request may name (the run's and its agent's side models);
+        None lets any through (each still charged, at the dearest price when the table lacks it)."""
         self.upstream, self.meter, self.socket_path, self.log = upstream, meter, Path(socket_path), log
+        self.allowed = None if models is None else tuple(dict.fromkeys(m for m in models if m))
+        self.models = None if self.allowed is None else frozenset(normalize_model_id(m) for m in self.allowed)
         self.drain_s = DRAIN_S if drain_s is None else drain_s
         self._log_lock = threading.Lock()
         self._client = httpx.Client(timeout=httpx.Timeout(600.0, connect=15.0), follow_redirects=False, trust_env=False)
@@ -421,6 +469,8 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
                 parsed["stream_options"] = {**(parsed.get("stream_options") or {}), "include_usage": True}
                 body = json.dumps(parsed).encode()  # so the stream ends with the usage it is metered by
             ticket = None
+            if route in METERED[upstream.provider] and not allowed_model(request_model(parsed), relay.models):
+                return self._wrong_model(request_model(parsed), parsed)
             if route in METERED[upstream.provider]:
                 ticket = request_worst_case(meter, upstream.provider, route, parsed, len(body))
                 why = meter.admit(rid, ticket)  # waits for one of the MAX_IN_FLIGHT slots
@@ -553,9 +603,25 @@ def _handler_for(relay: Relay) -> type[BaseHTTPRequestHandler]:
             relay.record({"event": "refused", "what": what})
             self._error(status, message, close=True)
 
-        def _error(self, status: int, message: str, close: bool = False) -> None:
+        def _wrong_model(self, model: str, body: Any) -> None:
+            """A model that is not the run's: refused as the provider refuses a model it lacks, naming the allowed."""
+            meter.refuse(f"model {model or '(none)'}")
+            relay.record({"event": "refused", "what": f"model {model!r}", "reason": "model", "body": body})
+            message = (f"perfagent relay: model {model!r} is not available in this run; "
+                       f"use {' or '.join(repr(m) for m in relay.allowed or ())}")
+            if upstream.provider == "anthropic":
+                return self._error(400, message)
+            return self._error(404, message, code="model_not_found", param="model")
+
+        def _error(self, status: int, message: str, close: bool = False, code: str | None = None,
+                   param: str | None = None) -> None:
+            """An error in the provider's own shape, so the agent's SDK reads it as the API's."""
             kind = "permission_error" if status == 403 else "invalid_request_error"
-            data = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+            if upstream.provider == "anthropic":
+                doc: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+            else:
+                doc = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+            data = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))

@@ -63,6 +63,7 @@ class Usage:
     cache_write_5m: int = 0
     cache_write_1h: int = 0
     cache_read: int = 0
+    web_search_requests: int = 0  # server-side searches (Anthropic's web search tool, OpenAI's): billed per search
 
     def __add__(self, other: "Usage") -> "Usage":
         if not isinstance(other, Usage):
@@ -74,7 +75,9 @@ class Usage:
         return self.input_tokens + self.output_tokens + self.cache_write_5m + self.cache_write_1h + self.cache_read
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The counts; `web_search_requests` only where a search was made."""
+        d = asdict(self)
+        return d if self.web_search_requests else {k: v for k, v in d.items() if k != "web_search_requests"}
 
 
 @dataclass

@@ -10,8 +10,10 @@ The rule:
   make a run that can do nothing);
 - any other budget is over once the run's cost is more than it; the answer that crosses it is
   counted (it was already paid for), and no further model call is made;
-- a cost that is unknown (a model with no price) never spends a budget: the run reports its
-  cost as null and warns instead.
+- a model with no price: our loop (a local model the user named, say) reports its cost as null and
+  warns, and such a cost spends no budget; the relay, which serves an agent that picks its own
+  requests, charges it at the dearest price in the table (`Spend.charge_unpriced`), so its run's
+  cost is always a number, compared with the budget as it is, and `unpriced` counts such answers.
 
 Our loop makes one call at a time, so checking before a call and counting after it is enough.
 The relay serves an agent that may send many requests at once, so it also reserves each
@@ -23,9 +25,10 @@ the run; the reservation is settled to the metered cost when the answer is count
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from agent.models.base import OFFLINE_MODELS, Usage
-from agent.models.pricing import PriceTable, cost_usd
+from agent.models.pricing import PriceTable, charge, request_cost
 
 
 def has_budget(max_cost_usd: float | None) -> bool:
@@ -51,6 +54,9 @@ class Spend:
     usage_by_model: dict[str, Usage] = field(default_factory=dict)
     cost_by_model: dict[str, float | None] = field(default_factory=dict)  # None: no price known
     api_duration_s: float = 0.0
+    charge_unpriced: bool = False  # charge a model with no price at the dearest price in the table (the relay)
+    unpriced: int = 0  # answers so charged: their cost is in the total, an upper bound of what they cost
+    exact_cost: dict[str, Decimal] = field(default_factory=dict, repr=False)  # per request, summed exactly
 
     @property
     def total_cost_usd(self) -> float | None:
@@ -59,16 +65,29 @@ class Spend:
         return None if any(c is None for c in costs) else sum(costs)  # type: ignore[arg-type]
 
     def count(self, model: str, usage: Usage, prices: PriceTable, duration_s: float = 0.0) -> float | None:
-        """Count one answer of `model`; its own cost (None: no price known). An offline model costs nothing."""
-        total = self.usage_by_model.get(model, Usage()) + usage
-        self.usage_by_model[model] = total
-        self.cost_by_model[model] = self._cost(model, total, prices)
+        """Count one answer of `model`; its own cost (None: no price known). Each answer is priced on its own
+        (a long-context tier is per request); an offline model costs nothing."""
+        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
         self.api_duration_s += duration_s
-        return self._cost(model, usage, prices)
+        cost, priced = self.charge(model, usage, prices)
+        self.unpriced += int(cost is not None and not priced)
+        known = cost is not None and (model in self.exact_cost or model not in self.cost_by_model)
+        if known:
+            self.exact_cost[model] = self.exact_cost.get(model, Decimal(0)) + cost  # type: ignore[operator]
+            self.cost_by_model[model] = float(self.exact_cost[model])
+        else:
+            self.exact_cost.pop(model, None)
+            self.cost_by_model[model] = None
+        return None if cost is None else float(cost)
+
+    def charge(self, model: str, usage: Usage, prices: PriceTable) -> tuple[Decimal | None, bool]:
+        """(cost, priced) of one answer: at its model's price; with `charge_unpriced`, a model with no price at
+        the dearest price in the table (priced False); else None."""
+        if model in OFFLINE_MODELS:
+            return Decimal(0), True
+        if self.charge_unpriced:
+            return charge(model, usage, prices)
+        return request_cost(model, usage, prices), True
 
     def over(self, max_cost_usd: float | None) -> bool:
         return over_budget(self.total_cost_usd, max_cost_usd)
-
-    @staticmethod
-    def _cost(model: str, usage: Usage, prices: PriceTable) -> float | None:
-        return 0.0 if model in OFFLINE_MODELS else cost_usd(model, usage, prices)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agent.checks.evaluation import Evaluation
 from agent.env.candidate import LeftOut
 from agent.models.base import Usage
-from agent.util.files import atomic_write
+from agent.util.seal import write_sealed
 
 CONTEXT_WINDOW = 200_000
 
@@ -59,6 +59,7 @@ class TokenUsage(BaseModel):
     def of(cls, u: Usage) -> "TokenUsage":
         return cls(input_tokens=u.input_tokens, cache_creation_input_tokens=u.cache_write_5m + u.cache_write_1h,
                    cache_read_input_tokens=u.cache_read, output_tokens=u.output_tokens,
+                   server_tool_use=ServerToolUse(web_search_requests=u.web_search_requests),
                    cache_creation=CacheCreation(ephemeral_1h_input_tokens=u.cache_write_1h,
                                                 ephemeral_5m_input_tokens=u.cache_write_5m))
 
@@ -84,7 +85,8 @@ class ModelUsage(BaseModel):
     @classmethod
     def of(cls, u: Usage, cost: float | None) -> "ModelUsage":
         return cls(inputTokens=u.input_tokens, outputTokens=u.output_tokens, cacheReadInputTokens=u.cache_read,
-                   cacheCreationInputTokens=u.cache_write_5m + u.cache_write_1h, costUSD=cost)
+                   cacheCreationInputTokens=u.cache_write_5m + u.cache_write_1h,
+                   webSearchRequests=u.web_search_requests, costUSD=cost)
 
 
 class PermissionDenial(BaseModel):
@@ -169,6 +171,9 @@ class Report(BaseModel):
     result: str = ""
     session_id: str = ""
     total_cost_usd: float | None = None
+    # Answers of a model the price table lacks, charged at its dearest prices (the relay's): `total_cost_usd`
+    # includes them, as an upper bound. Written only when there is one.
+    unpriced: int = 0
     usage: TokenUsage = TokenUsage()
     modelUsage: dict[str, ModelUsage] = {}
     permission_denials: list[PermissionDenial] = []
@@ -193,7 +198,8 @@ class Report(BaseModel):
             raise ReportError(f"report.json corrupt: {where}: {first['msg']}") from None
 
     def write(self, path: Path) -> None:
-        atomic_write(Path(path), self.to_json())
+        """Sealed (agent.util.seal): `batch --resume` skips a finished job only when its report verifies."""
+        write_sealed(Path(path), self.to_json())
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, exclude=self._absent()) + "\n"
@@ -205,7 +211,8 @@ class Report(BaseModel):
         """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`, no `"policy": null`,
         no `"left_out": []`."""
         absent = {k for k in ("agent", "policy") if getattr(self, k) is None}
-        return absent | ({"left_out"} if not self.left_out else set()) or None
+        return (absent | ({"left_out"} if not self.left_out else set())
+                | ({"unpriced"} if not self.unpriced else set())) or None
 
     @property
     def models(self) -> list[str]:

@@ -115,7 +115,7 @@ def run_external(
             ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
                             checker.bin_dir(), task.read)
-            with Relay(upstream, meter, sealed.socket, log=relayed):
+            with Relay(upstream, meter, sealed.socket, log=relayed, models=agent.models()):
                 why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
             outcome.end(why)
             emission = final_emission(ws, candidates, outcome)
@@ -240,6 +240,7 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, *, cum
     """Tokens, cost and turns from the relay; the agent's own figure beside them, a difference flagged."""
     outcome.usage_by_model = dict(meter.usage_by_model)
     outcome.cost_by_model = dict(meter.cost_by_model)
+    outcome.unpriced = meter.unpriced
     outcome.num_turns = meter.requests
     outcome.api_duration_s = meter.api_duration_s
     outcome.duration_s = time.monotonic() - start
@@ -249,6 +250,9 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, *, cum
     if run.partial:
         outcome.warnings.append(f"{len(run.partial)} answer(s) metered without their final usage (cut, hung or still "
                                 "out at the end): counted from what they announced, else their worst case")
+    if meter.unpriced:
+        outcome.warnings.append(f"{meter.unpriced} answer(s) of a model with no known price, charged at the dearest "
+                                "prices in the table: the cost is an upper bound")
     if run.refused:
         outcome.warnings.append(f"{run.name} tried to reach what the relay does not forward (refused): "
                                 + ", ".join(run.refused[:5]))

@@ -36,7 +36,8 @@ from agent.run.model_spec import make_model
 from agent.run.names import check_job, check_run_id
 from agent.run.tools import Toolbox, ToolResult
 from agent.task import Task
-from agent.util.files import atomic_write, write_json
+from agent.util.files import atomic_write
+from agent.util.seal import write_sealed_json
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Candidates:
         self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json"),
                          "evidence": evidence.model_dump(mode="json"),
                          **({"left_out": [x.model_dump() for x in cand.left_out]} if cand.left_out else {})})
-        write_json(self.checks_file, self.log)
+        write_sealed_json(self.checks_file, self.log)  # the whole list, sealed anew: `--regrade` verifies it
         self.on_event("checked", {"full": full, "n": len(self.seen), "verdict": ev.verdict, "line": verdict_line(ev),
                                   "duration_s": ev.duration_s})
         return ev
@@ -223,7 +224,7 @@ def report_of(outcome: Outcome, *, session_id: str, evaluation: Evaluation | dic
     return new_report(
         subtype=outcome.subtype, is_error=outcome.is_error, duration_ms=round(outcome.duration_s * 1000),
         duration_api_ms=round(outcome.api_duration_s * 1000), num_turns=outcome.num_turns, result=outcome.result,
-        session_id=session_id, total_cost_usd=outcome.total_cost_usd,
+        session_id=session_id, total_cost_usd=outcome.total_cost_usd, unpriced=outcome.unpriced,
         usage=TokenUsage.of(sum(outcome.usage_by_model.values(), Usage())),
         modelUsage={m: ModelUsage.of(u, outcome.cost_by_model.get(m)) for m, u in outcome.usage_by_model.items()},
         permission_denials=[PermissionDenial.model_validate(d) for d in permission_denials],

@@ -138,8 +138,9 @@ def test_a_feedback_round_fixes_a_failing_change(tmp_path, fake_server, secret_k
 
 def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
-    # $1.20 at Sonnet's prices; the next request's worst case (Claude Code's max_tokens) no longer fits in $1.50
-    big = {"input_tokens": 400_000, "output_tokens": 10}
+    # $1.20 at Sonnet's prices (200k tokens written to the 1-hour cache: not past its long-context threshold); the
+    # next request's worst case (Claude Code's max_tokens) no longer fits in $1.50
+    big = {"input_tokens": 0, "cache_write_1h": 200_000, "output_tokens": 10}
     fake_server.script([bash("echo one", usage=big), bash("echo two"), bash("echo three"), final("done")])
     report = run_claude(task, fake_server, tmp_path, max_cost_usd=1.5)
 

@@ -14,7 +14,7 @@ from fakeserver import reply, tool_call
 from agent.agents.relay import PLACEHOLDER_KEY, Meter, Relay, Upstream, bridge_command, metered_usage, sse_events
 from agent.env.sandbox import base_env, isolation, run_command
 from agent.models.base import Usage
-from agent.models.pricing import cost_usd, load_prices
+from agent.models.pricing import cost_usd, dearest_price, load_prices
 
 SECRET = "sk-real-key-held-by-the-relay"
 USAGE = {"input_tokens": 1200, "output_tokens": 34, "cache_read": 100, "cache_write_5m": 50}
@@ -22,11 +22,12 @@ USAGE = {"input_tokens": 1200, "output_tokens": 34, "cache_read": 100, "cache_wr
 
 @pytest.fixture
 def relay_for(tmp_path, fake_server, monkeypatch):
-    """relay_for(provider, slow_log_s=0, **meter) -> (relay, records): a started relay in front of the fake
-    server; `slow_log_s` delays each record, as a busy trajectory writer would."""
+    """relay_for(provider, slow_log_s=0, models=None, **meter) -> (relay, records): a started relay in front of the
+    fake server; `slow_log_s` delays each record, as a busy trajectory writer would; `models`: the run's models."""
     started = []
 
-    def start(provider: str, slow_log_s: float = 0.0, **meter_args) -> tuple[Relay, list[dict]]:
+    def start(provider: str, slow_log_s: float = 0.0, models: tuple[str, ...] | None = None,
+              **meter_args) -> tuple[Relay, list[dict]]:
         monkeypatch.setenv("ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY", SECRET)
         base = fake_server.url if provider == "anthropic" else fake_server.openai_url
         records: list[dict] = []
@@ -36,7 +37,7 @@ def relay_for(tmp_path, fake_server, monkeypatch):
             records.append(record)
 
         relay = Relay(Upstream.of(provider, base), Meter(load_prices(), **meter_args), tmp_path / "relay.sock",
-                      log=log).__enter__()
+                      log=log, models=models).__enter__()
         started.append(relay)
         return relay, records
 
@@ -267,3 +268,91 @@ def test_a_request_that_fits_only_alone_waits_for_the_one_in_flight():
     meter.settle("b", "claude-sonnet-4-6", Usage(input_tokens=1000, output_tokens=200), 0.1)
     assert meter.admit("c", Ticket("anthropic", "claude-sonnet-4-6", worst, 2.5)) == "reservation"
     assert meter.stop_reason == "budget" and meter.refused_worst_usd == 2.5
+
+
+def test_a_model_not_the_runs_is_refused_in_the_anthropic_shape(relay_for, fake_server):
+    """The run's model and its agent's side model pass (a dated snapshot of one too); any other gets the API's own
+    invalid_request_error, naming the allowed ones, and never reaches the provider."""
+    relay, records = relay_for("anthropic", models=("claude-sonnet-4-6", "claude-haiku-4-5"))
+    fake_server.script([reply("ok"), reply("ok")])
+    sdk = anthropic_sdk(relay)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        sdk.messages.create(model="claude-opus-9-9", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 400
+    error = refused.value.body
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "'claude-opus-9-9'" in error["error"]["message"] and "'claude-haiku-4-5'" in error["error"]["message"]
+    assert fake_server.requests == [] and relay.meter.refused == ["model claude-opus-9-9"]
+    for model in ("claude-sonnet-4-6", "claude-haiku-4-5-20251001"):
+        sdk.messages.create(model=model, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert [r.body["model"] for r in fake_server.requests] == ["claude-sonnet-4-6", "claude-haiku-4-5-20251001"]
+    assert [r["event"] for r in records] == ["refused", "request", "response", "request", "response"]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_a_model_not_the_runs_is_refused_in_the_openai_shape(relay_for, fake_server, api):
+    relay, _ = relay_for("openai", models=("gpt-5",))
+    sdk = openai.OpenAI(api_key=PLACEHOLDER_KEY, base_url="http://relay/v1", http_client=client_over(relay),
+                        max_retries=0)
+    with pytest.raises(openai.NotFoundError) as refused:
+        if api == "responses":
+            sdk.responses.create(model="gpt-4.5-preview", input="hi")
+        else:
+            sdk.chat.completions.create(model="gpt-4.5-preview", messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 404 and refused.value.code == "model_not_found"
+    error = refused.value.body
+    assert error["type"] == "invalid_request_error" and "'gpt-5'" in error["message"]
+    assert fake_server.requests == []
+
+
+def test_an_unpriced_model_is_reserved_and_charged_at_the_dearest_price(relay_for, fake_server):
+    """With no model list (any model passes), a model the table lacks still spends the budget: its worst case is
+    reserved at the table's dearest prices, its answer charged at them and counted in `unpriced`."""
+    relay, records = relay_for("anthropic", max_cost_usd=5.0)
+    fake_server.script([reply("ok", usage={"input_tokens": 1000, "output_tokens": 1000})])
+    with client_over(relay) as http:
+        body = {"model": "claude-opus-9-9", "max_tokens": 10_000, "messages": [{"role": "user", "content": "hi"}]}
+        assert http.post("http://relay/v1/messages", json=body).status_code == 200
+        dear = dearest_price(load_prices())
+        assert (dear.output, dear.cache_write_1h) == (75, 30)
+        assert 0.75 < records[0]["worst_usd"] < 0.76  # its output limit at $75 / M, its ~35 tokens of input at $30
+        assert relay.meter.unpriced == 1 and relay.meter.total_cost_usd == pytest.approx(0.015 + 0.075)
+        # one whose worst case at those prices cannot fit in the $5 budget is refused, never forwarded
+        body["max_tokens"] = 80_000  # $6 at $75 / M
+        refused = http.post("http://relay/v1/messages", json=body)
+    assert refused.status_code == 400 and "budget" in refused.json()["error"]["message"]
+    assert len(fake_server.requests) == 1 and relay.meter.stop_reason == "budget"
+
+    # report.json: the total a number, `unpriced` beside it, and a warning that says so
+    from agent.results.report import AgentRun
+    from agent.run.external import _account
+    from agent.run.loop import Outcome
+    from agent.run.runner import report_of
+
+    outcome = Outcome()
+    _account(outcome, relay.meter, AgentRun(name="hostile", model="claude-opus-9-9"), time.monotonic())
+    doc = report_of(outcome, session_id="s", evaluation=None, permission_denials=[]).to_dict()
+    assert doc["total_cost_usd"] == pytest.approx(0.09) and doc["unpriced"] == 1
+    assert any("charged at the dearest" in w for w in outcome.warnings)
+    assert "unpriced" not in report_of(Outcome(), session_id="s", evaluation=None, permission_denials=[]).to_dict()
+
+
+def test_web_searches_are_read_off_the_wire_and_reserved():
+    from agent.agents.relay import request_worst_case
+
+    message = {"model": "claude-sonnet-4-6", "usage": {"input_tokens": 10, "output_tokens": 5,
+                                                       "server_tool_use": {"web_search_requests": 2}}}
+    assert metered_usage("anthropic", "/v1/messages", message, []) == (
+        "claude-sonnet-4-6", Usage(input_tokens=10, output_tokens=5, web_search_requests=2))
+    streamed = [{"type": "message_start", "message": {"model": "claude-sonnet-4-6", "usage": {"input_tokens": 10}}},
+                {"type": "message_delta", "usage": {"output_tokens": 5, "server_tool_use": {"web_search_requests": 3}}}]
+    assert metered_usage("anthropic", "/v1/messages", None, streamed)[1].web_search_requests == 3
+    response = {"model": "gpt-5", "output": [{"type": "web_search_call", "id": "ws_1"}, {"type": "message"}],
+                "usage": {"input_tokens": 100, "output_tokens": 9}}
+    assert metered_usage("openai", "/v1/responses", response, [])[1].web_search_requests == 1
+    meter = Meter(load_prices())
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "tools": [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]}
+    ticket = request_worst_case(meter, "anthropic", "/v1/messages", body, 300)
+    plain = request_worst_case(meter, "anthropic", "/v1/messages", {**body, "tools": []}, 300)
+    assert ticket.worst.web_search_requests == 5 and ticket.reserved_usd == pytest.approx(plain.reserved_usd + 0.05)

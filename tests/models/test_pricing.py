@@ -10,10 +10,13 @@ import pytest
 from agent.models.base import Usage
 from agent.models.pricing import (
     PricingError,
+    charge,
     cost_decimal,
     cost_usd,
+    dearest_price,
     load_prices,
     normalize_model_id,
+    request_cost,
 )
 
 # modelUsage of a real Claude Code headless result (examples/claude_code_result.json),
@@ -96,6 +99,76 @@ def test_user_file_extends_and_overrides(tmp_path):
     # a flat mapping without "models" works too
     user.write_text(json.dumps({"_note": "mine", "tiny": {"input": 1, "output": 2}}))
     assert "tiny" in load_prices(user).models
+
+
+def test_web_searches_are_priced_per_search(table):
+    """Anthropic's web search tool and OpenAI's: $10 per 1,000 searches; OpenAI's non-reasoning models are priced at
+    web_search_preview's $25, the dearer of their two paths."""
+    searched = Usage(input_tokens=1000, output_tokens=100, web_search_requests=3)
+    tokens = Usage(input_tokens=1000, output_tokens=100)
+    assert request_cost("claude-sonnet-4-6", searched, table) == request_cost("claude-sonnet-4-6", tokens, table) + \
+        Decimal("0.03")
+    assert request_cost("gpt-5", searched, table) - request_cost("gpt-5", tokens, table) == Decimal("0.03")
+    assert request_cost("gpt-4o", searched, table) - request_cost("gpt-4o", tokens, table) == Decimal("0.075")
+    assert cost_decimal("claude-haiku-4-5", Usage(web_search_requests=1000), table) == 10
+
+
+def test_a_long_context_request_is_priced_at_its_tier(table):
+    """Sonnet 4/4.5/4.6: a request whose input passes 200k tokens bills all its tokens at $6 / $22.50 (cache
+    prices the same multiples); at 200k exactly, and for models without the tier, the standard rates stand."""
+    long = Usage(input_tokens=150_000, cache_read=40_000, cache_write_5m=20_000, output_tokens=10_000)  # 210k in
+    assert request_cost("claude-sonnet-4-5", long, table) == (150_000 * 6 + 40_000 * Decimal("0.6") + 20_000 *
+                                                              Decimal("7.5") + 10_000 * Decimal("22.5")) / 10**6
+    assert request_cost("claude-sonnet-4-20250514", long, table) == request_cost("claude-sonnet-4-6", long, table)
+    assert request_cost("claude-opus-4-6", Usage(input_tokens=200_001, output_tokens=1000), table) == (
+        200_001 * 10 + 1000 * Decimal("37.5")) / 10**6
+    at_limit = Usage(input_tokens=200_000, output_tokens=1000)
+    assert request_cost("claude-sonnet-4-5", at_limit, table) == (200_000 * 3 + 1000 * 15) / Decimal(10**6)
+    assert request_cost("claude-haiku-4-5", long, table) == cost_decimal("claude-haiku-4-5", long, table)
+    # usage summed over many requests (a report's modelUsage) is priced at the standard rates
+    assert cost_decimal("claude-sonnet-4-5", long, table) < request_cost("claude-sonnet-4-5", long, table)
+
+
+def test_an_unpriced_model_is_charged_at_the_dearest_price_in_the_table(table):
+    dear = dearest_price(table)
+    # Opus 4.1's $15 / $75 and $30 1h writes; Opus 4.6's long-context $37.50 is below its $75 output; $25 searches
+    assert (dear.input, dear.output, dear.cache_write_1h, dear.web_search_per_1k) == (15, 75, 30, 25)
+    usage = Usage(input_tokens=1000, output_tokens=1000, web_search_requests=1)
+    assert charge("claude-opus-9-9", usage, table) == (Decimal("0.015") + Decimal("0.075") + Decimal("0.025"), False)
+    assert charge("claude-sonnet-4-6", usage, table) == (request_cost("claude-sonnet-4-6", usage, table), True)
+    for price in table.models.values():  # never below what any priced model would cost
+        assert all(getattr(dear, k) >= getattr(price, k) for k in ("input", "output", "cache_write_5m",
+                                                                     "cache_write_1h", "cache_read"))
+
+
+def test_user_file_sets_search_and_long_context_prices(tmp_path):
+    user = tmp_path / "prices.json"
+    user.write_text(json.dumps({"models": {
+        "my-model": {"input": 1, "output": 2, "web_search_per_1k": 5,
+                     "long_context": {"above_input_tokens": 1000, "input": 2, "output": 4}},
+        "claude-sonnet-4-5": {"long_context": None},  # partial: no tier, the rest built in
+    }}))
+    table = load_prices(user)
+    assert request_cost("my-model", Usage(input_tokens=1001, web_search_requests=2), table) == \
+        Decimal(2002) / 10**6 + Decimal("0.01")
+    assert table.models["claude-sonnet-4-5"].long_context is None
+    assert table.models["claude-sonnet-4-5"].input == 3
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"models": {"m": {"input": 1, "output": 1, "long_context": {"input": 2, "output": 2}}}}',
+     "above_input_tokens: expected a positive whole number"),
+    ('{"models": {"m": {"input": 1, "output": 1, "long_context": {"above_input_tokens": 5, "input": 2}}}}',
+     "missing 'output'"),
+    ('{"models": {"m": {"input": 1, "output": 1, "long_context": {"above_input_tokens": 5, "input": 2, '
+     '"output": 2, "web_search_per_1k": 1}}}}', "unknown price field"),
+    ('{"models": {"m": {"input": 1, "output": 1, "long_context": 7}}}', "expected an object"),
+])
+def test_bad_tier_in_a_user_file_is_a_clear_error(tmp_path, content, message):
+    user = tmp_path / "prices.json"
+    user.write_text(content)
+    with pytest.raises(PricingError, match=message):
+        load_prices(user)
 
 
 @pytest.mark.parametrize("content,message", [
