@@ -86,7 +86,8 @@ TASKS_IMPORT = "tasks-import"  # `perfagent tasks import ...` (main() routes it 
 
 def cmd_tasks_import(args: argparse.Namespace, out: Console) -> int:
     """GSO or SWE-bench records -> task files, each validated: exit 0 when all were written, 1 when some
-    record could not be (one line each on stderr; the others are written), 2 on bad input (nothing written)."""
+    record could not be (one line each on stderr; the others are written), 2 on bad input (nothing written)
+    or when a record was refused as unsafe (its one line names why; nothing of it is written)."""
     from agent.task_import import FORMATS, RecordsError, import_records
 
     if args.format is None:
@@ -100,13 +101,13 @@ def cmd_tasks_import(args: argparse.Namespace, out: Console) -> int:
 
     try:
         result = import_records(Path(args.records), args.format, Path(args.out),
-                                Path(args.repos) if args.repos else None, on_task=wrote)
+                                Path(args.repos) if args.repos else None, on_task=wrote, force=args.force)
     except RecordsError as e:
         raise UserError(str(e)) from None
     for line in result.failed:
         print(f"error: {line}", file=sys.stderr)
     out.print(f"imported {len(result.written)} of {result.records} record(s) into {args.out}", highlight=False)
-    return 1 if result.failed else 0
+    return EXIT_BAD_INPUT if result.refused else 1 if result.failed else 0
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:
@@ -218,6 +219,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
     from agent.checks import Checker, evaluation_table, grade
     from agent.checks.patchinfo import is_unified_diff
+    from agent.util.seal import write_sealed
 
     patch_only = [f for f, given in (("--quick", args.quick), ("--no-perf", args.no_perf),
                                      ("--reference", args.reference), ("--json", args.json),
@@ -257,8 +259,8 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ev = grade(evidence, task.spec)
-    if args.evidence:
-        Path(args.evidence).write_text(json.dumps(evidence.model_dump(mode="json"), indent=2) + "\n")
+    if args.evidence:  # sealed: `--regrade` grades only evidence this machine's perfagent wrote
+        write_sealed(Path(args.evidence), json.dumps(evidence.model_dump(mode="json"), indent=2) + "\n")
     text = json.dumps(ev.model_dump(mode="json"), indent=2)
     if args.json == "-":
         print(text)
@@ -275,15 +277,18 @@ def _check_exit(verdict: str, strict: bool) -> int:
 
 def _regrade(task: Task, path: Path, json_to: str | None, out: Console, strict: bool) -> int:
     """Grade recorded evidence again under the task's rules as they are now; nothing is run. The exit
-    code is the last grading's, as `check` gives it."""
+    code is the last grading's, as `check` gives it. Evidence whose seal does not verify under this
+    machine's key is refused in one line (exit 2), never graded: a printed pass would travel without
+    the caveat."""
     import json
 
     from agent.checks import evaluation_table, grade
     from agent.checks.evidence import EvidenceError, load_recorded
+    from agent.util.seal import SealError, load_key
 
     try:
-        recorded = load_recorded(path)
-    except EvidenceError as e:
+        recorded = load_recorded(path, load_key())
+    except (EvidenceError, SealError) as e:
         raise UserError(str(e)) from None
     if not recorded:
         raise UserError(f"{path}: no gradings recorded")
@@ -468,6 +473,7 @@ def cmd_export(args: argparse.Namespace, out: Console) -> int:
     from agent.results.export import (FORMATS, ExportError, csv_text, load_jobs, prediction, predictions_json,
                                       predictions_jsonl, repeated, select)
     from agent.util.files import atomic_write
+    from agent.util.text import strip_controls
 
     if args.format not in FORMATS:
         raise UserError(f"unknown format {args.format!r}; formats: {', '.join(FORMATS)}")
@@ -484,8 +490,9 @@ def cmd_export(args: argparse.Namespace, out: Console) -> int:
         what = f"{len(preds)} prediction(s)"
         twice = repeated(preds)
         if twice:
-            print(f"note: {len(twice)} instance id(s) occur more than once ({twice[0]}, ...): SWE-bench and GSO "
-                  "keep one record per instance; --sample N (and --model M) write one file each", file=sys.stderr)
+            print(f"note: {len(twice)} instance id(s) occur more than once ({strip_controls(twice[0])}, ...): "
+                  "SWE-bench and GSO keep one record per instance; --sample N (and --model M) write one file each",
+                  file=sys.stderr)
     if args.output:
         try:
             atomic_write(Path(args.output), text)
@@ -603,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Turn GSO or SWE-bench instance records (JSON lines, the published field names) "
                                     "into task files, each validated; what a task cannot say is listed in its "
                                     "comments. Exit 0: all written; 1: some records could not be (one line each, "
-                                    "the others written); 2: bad input (nothing written).")
+                                    "the others written); 2: bad input (nothing written) or a record refused as "
+                                    "unsafe (nothing of it written).")
     ti.add_argument("records", metavar="RECORDS.jsonl", help="one instance record per line")
     ti.add_argument("--format", default=None, metavar="gso|swebench", help="the records' format: gso or swebench")
     ti.add_argument("--out", default="tasks/imported",
@@ -611,6 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
     ti.add_argument("--repos", default=None, metavar="DIR",
                     help="local mirrors: a record's owner/name is DIR/<owner>__<name>, else DIR/<name> (default: "
                          "the repo's GitHub URL)")
+    ti.add_argument("--force", action="store_true",
+                    help="replace a task file, folder or reference diff of the same name (default: that record "
+                         "fails, naming it)")
     ti.set_defaults(func=cmd_tasks_import)
     c = sub.add_parser("check",
                        help="grade a patch: tests, poisoned memory, coverage of the change, protected paths, speedup")
@@ -619,13 +630,15 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--patch", help="a unified diff against the task's base")
     what.add_argument("--regrade", metavar="RUN", default=None,
                       help="grade recorded evidence again, running nothing: a run's job folder (its checks.json), "
-                           "a checks.json, or a file written by --evidence")
+                           "a checks.json, or a file written by --evidence; only when its MAC (FILE.mac) verifies "
+                           "under this machine's key, else refused (exit 2)")
     what.add_argument("--predictions", action="append", metavar="FILE",
                       help="grade another harness's predictions (SWE-bench/GSO form: JSON lines or a list of "
                            "instance_id, model_name_or_path, model_patch; or sb-cli's {instance_id: {...}}) "
                            "against the tasks of the set TASK names, as a batch; repeat for more samples")
     c.add_argument("--evidence", default=None, metavar="FILE",
-                   help="also write what the checks found (the evidence the verdict was graded from) to FILE")
+                   help="also write what the checks found (the evidence the verdict was graded from) to FILE, "
+                        "sealed with this machine's key in FILE.mac (--regrade grades nothing else)")
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="write the evaluation as JSON to FILE (no FILE: to stdout, instead of the table)")
     c.add_argument("--quick", action="store_true", help="fewer perf samples, as the agent's run_checks uses")

@@ -15,6 +15,12 @@ from pathlib import Path
 if not os.environ.get("PERFAGENT_LOCK_DIR"):
     os.environ["PERFAGENT_LOCK_DIR"] = tempfile.mkdtemp(prefix="perfagent-test-locks-")
     atexit.register(shutil.rmtree, os.environ["PERFAGENT_LOCK_DIR"], True)
+# Likewise the evidence key (agent.util.seal): the suite seals and verifies with a key of its own, never
+# the user's ~/.local/share/perfagent/evidence.key. Tests that build a HOME of their own and leave this
+# out of the environment get a key in that HOME.
+if not os.environ.get("PERFAGENT_HOME"):
+    os.environ["PERFAGENT_HOME"] = tempfile.mkdtemp(prefix="perfagent-test-home-")
+    atexit.register(shutil.rmtree, os.environ["PERFAGENT_HOME"], True)
 
 import git  # noqa: E402
 import pytest  # noqa: E402

@@ -40,6 +40,7 @@ from agent.results.summary import BatchSummary
 from agent.results.tables import write_summary
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import Task, TaskError, load_task_set
+from agent.util.seal import WHY, load_key, read_mac, seal_of
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
            "model_slug", "run_batch", "summarize_run"]
@@ -220,6 +221,9 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
         if latest and not cfg.resume:
             raise BatchError(f"run {cfg.run_id} already has {len(latest)} finished jobs: "
                              "pass --resume to continue it, or choose another --run-id")
+        for key, why in unverified(out_dir, latest, {j.key for j in jobs}).items():
+            console.print(f"{key}: {why}: running the job again", highlight=False, markup=False, soft_wrap=True)
+            del latest[key]  # never finished, as far as this machine can tell
         _write_plan(run_dir, jobs, models, cfg, max(samples, *(j.sample + 1 for j in jobs)))
         launch = LaunchConfig(run_id=cfg.run_id, out_dir=str(out_dir), cwd=str(Path.cwd()), options=cfg.options)
         executor = executor or make_executor(cfg, launch)
@@ -255,6 +259,27 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
     return BatchOutcome(summary=summary, run_dir=run_dir, ran=counts["ran"], failed=summary.failed,
                         skipped=len(skips), elapsed_s=elapsed,
                         summary_json=js, summary_md=md)
+
+
+def unverified(out_dir: Path, latest: dict[str, JobRecord], planned: set[str]) -> dict[str, str]:
+    """The planned jobs the ledger calls done whose report.json does not verify under this machine's key
+    (agent.util.seal), each with why: a resume re-runs them rather than take an edited or foreign record
+    as a finished job."""
+    done = {k: r for k, r in latest.items() if r.status == "done" and k in planned}
+    if not done:
+        return {}
+    key = load_key()
+    out = {}
+    for k, rec in done.items():
+        path = out_dir / (rec.report or "")
+        try:
+            state = seal_of(path.read_bytes(), read_mac(path), key) if rec.report else "unsealed"
+        except OSError as e:
+            out[k] = f"its report.json cannot be read ({e.strerror or e})"
+            continue
+        if state != "sealed":
+            out[k] = f"its report.json {WHY[state]}"
+    return out
 
 
 def _plan(jobs: Sequence[JobSpec], latest: dict[str, JobRecord],

@@ -35,6 +35,8 @@ from agent.results.load import commands_seconds, report_or_none
 from agent.results.record import JobRecord, figures_from_report
 from agent.results.report import Report
 from agent.run.entry import RunRequest
+from agent.util.files import atomic_write
+from agent.util.seal import MAC_SUFFIX, load_key, mac_path, sign
 
 OnStart = Callable[["JobSpec", str | None], None]
 OnFinish = Callable[[JobRecord], None]
@@ -282,12 +284,20 @@ class LocalExecutor:
 
 
 def write_files(out_dir: Path, files: dict[str, bytes]) -> None:
-    """Write a job's shipped files under `out_dir`, report.json last: its presence means the rest is there."""
+    """Write a job's shipped files under `out_dir`, report.json last: its presence means the rest is there.
+    A file the worker sealed (its `.mac` came with it) is sealed again with this machine's key, which a
+    worker on another machine does not hold (agent.util.seal): this batch trusts the workers it sent."""
+    sealed = {rel.removesuffix(MAC_SUFFIX) for rel in files if rel.endswith(MAC_SUFFIX)}
+    key = load_key() if sealed else b""
     for rel in sorted(files, key=lambda r: r.endswith("report.json")):
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
+        if ".." in Path(rel).parts or Path(rel).is_absolute() or rel.endswith(MAC_SUFFIX):
             continue
         target = out_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in sealed:
+            mac_path(target).unlink(missing_ok=True)  # never a moment where the new bytes meet an old seal
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         tmp.write_bytes(files[rel])
         os.replace(tmp, target)
+        if rel in sealed:
+            atomic_write(mac_path(target), sign(key, files[rel]) + "\n")

@@ -2,7 +2,8 @@
 
 `collect` writes it, `grade` reads it (and nothing else of the run), and it is saved beside
 each evaluation in checks.json, so a past run can be re-graded after a rule changes
-(`perfagent check --regrade`) without running anything again.
+(`perfagent check --regrade`) without running anything again: only as this machine's perfagent
+sealed it (agent.util.seal), since anyone holding the file can edit it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, Covera
                                      Hygiene, InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult,
                                      SanitizerResult)
 from agent.checks.integrity import IntegrityResult
+from agent.util.seal import SealError, read_sealed
 
 
 class Evidence(BaseModel):
@@ -57,12 +59,15 @@ class EvidenceError(Exception):
     """A file or folder that holds no evidence to re-grade."""
 
 
-def load_recorded(path: Path) -> list[Recorded]:
+def load_recorded(path: Path, key: bytes) -> list[Recorded]:
     """The gradings recorded at `path`: an evidence file (`perfagent check --evidence`), a checks.json,
-    or a run's job folder holding one."""
+    or a run's job folder holding one; only when its seal verifies under `key` (agent.util.seal): a
+    grade of evidence anyone could have edited would travel as a pass without that caveat."""
     path = path / "checks.json" if path.is_dir() else path
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_sealed(path, key).decode("utf-8"))
+    except SealError as e:
+        raise EvidenceError(f"{e}; nothing graded") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise EvidenceError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     try:

@@ -5,7 +5,8 @@ it cannot see, a bench that prints no metric) would fail every change and blame 
 So a run checks its task this way before the agent starts, and a check whose candidate fails
 its tests asks the same question before it blames the candidate. A base that passes is
 remembered on this machine per task file, base commit, interpreter and sandbox, so only the
-first run of a task pays for it; a failing one is run again next time (the user may fix it).
+first run of a task pays for it; a failing one is run again next time (the user may fix it). The
+record is sealed with this user's key (agent.util.seal): one that does not verify is run again.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import shlex
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,7 @@ from agent.checks.evaluation import CommandRun
 from agent.checks.perf import parse_metric
 from agent.env.interpreter import Interpreter, cache_dir
 from agent.env.sandbox import hidden_paths, isolation
-from agent.util.files import write_json
+from agent.util.seal import SealError, read_sealed, write_sealed_json
 from agent.util.text import first_line, tail
 
 if TYPE_CHECKING:
@@ -121,10 +122,15 @@ def _cache_file(key: str) -> Path:
     return cache_dir() / "bases" / f"{key}.json"
 
 
-def cached(key: str) -> BaseRuns | None:
-    """The record of a base that passed under `key`, if this machine has one."""
+def cached(key: str, log: Callable[[str], None] = lambda _: None) -> BaseRuns | None:
+    """The record of a base that passed under `key`, if this machine has one whose seal verifies
+    (agent.util.seal): an edited record would skip the base's check, or blame the task for a change."""
+    path = _cache_file(key)
     try:
-        runs = BaseRuns.model_validate_json(_cache_file(key).read_text())
+        runs = BaseRuns.model_validate_json(read_sealed(path))
+    except SealError:
+        log("the remembered record of the task's base is not sealed by this machine's perfagent: not trusted")
+        return None
     except (OSError, ValidationError):
         return None
     return runs if runs.key == key else None
@@ -141,4 +147,4 @@ def held(key: str) -> Iterator[None]:
 
 
 def remember(runs: BaseRuns) -> None:
-    write_json(_cache_file(runs.key), runs.model_dump(mode="json"))
+    write_sealed_json(_cache_file(runs.key), runs.model_dump(mode="json"))

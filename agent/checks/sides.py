@@ -99,7 +99,7 @@ class Sides:
             base = self.baseline()
             key = preflight.base_key(self.task, base.base_commit, self.interpreter())
             with preflight.held(key):  # a batch's other jobs of this task wait for this answer, then read it
-                runs = preflight.cached(key)
+                runs = preflight.cached(key, self.log)
                 if runs is None:
                     self.log("checking the task on its unchanged base: its tests and bench, once")
                     launcher = Launcher(base.root, self.test_env(base.root), warm=self.warm, log=self.log)

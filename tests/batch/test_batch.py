@@ -3,6 +3,7 @@ tiny tasks driven by hand-written replay trajectories (local pool, kill -9 + res
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from agent.batch.driver import BatchConfig, BatchError, expand_jobs, load_tasks, model_arg, model_slug, run_batch
 from agent.batch.executors import GpuPool, JobSpec, LaunchConfig, LocalExecutor, is_retryable, job_request
@@ -19,7 +21,7 @@ from agent.cli import build_parser, main
 from agent.options import options_from_args
 from agent.results.ledger import Ledger
 from agent.results.record import JobRecord
-from agent.results.report import Report
+from agent.results.report import Report, new_report
 from batchproject import build_project, ledger_lines
 from helpers import machine_share, rec
 
@@ -102,12 +104,13 @@ def test_gpu_pool_spreads_jobs():
 
 
 class StubExecutor:
-    """Records which jobs it was given; finishes each as done."""
+    """Records which jobs it was given; finishes each as done, with a report.json under `out_dir` written
+    (and sealed) as a job writes it, which a resume verifies before it takes the job as finished."""
 
     name = "stub"
 
-    def __init__(self, gpus=0):
-        self.gpus, self.ran = gpus, []
+    def __init__(self, gpus=0, out_dir: Path | None = None, run_id: str = "r"):
+        self.gpus, self.ran, self.out_dir, self.run_id = gpus, [], out_dir, run_id
 
     def gpu_count(self):
         return self.gpus
@@ -116,31 +119,83 @@ class StubExecutor:
         for j in jobs:
             on_start(j, None)
             self.ran.append(j.key)
-            on_finish(j.record("done", verdict="pass"))
+            on_finish(j.record("done", verdict="pass", report=self.report(j.key)))
+
+    def report(self, key: str) -> str | None:
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / "results" / self.run_id / key / "report.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new_report(subtype="success").write(path)
+        return path.relative_to(self.out_dir).as_posix()
 
 
 def test_resume_runs_only_unfinished_jobs(project):
     root, tasks, models = project
     ts = load_tasks(tasks)
     cfg = BatchConfig(run_id="r", out_dir=root / "out", quiet=True)
-    first = StubExecutor()
+    first = StubExecutor(out_dir=root / "out")
     run_batch(ts, ["m"], 1, cfg, executor=first)
     assert first.ran == ["t1/m/s0", "t2/m/s0"]
     run_dir = root / "out/results/r"
     with pytest.raises(BatchError, match="--resume"):
-        run_batch(ts, ["m"], 1, cfg, executor=StubExecutor())
+        run_batch(ts, ["m"], 1, cfg, executor=StubExecutor(out_dir=root / "out"))
     Ledger(run_dir).append(rec("t2", "m", status="failed", verdict=None, reason="api down"))
     cfg.resume = True
-    again = StubExecutor()
+    again = StubExecutor(out_dir=root / "out")
     out = run_batch(ts, ["m"], 2, cfg, executor=again)  # one more sample each, and the failed job
     assert again.ran == ["t2/m/s0", "t1/m/s1", "t2/m/s1"]
     lines = ledger_lines(run_dir)
     assert [line["key"] for line in lines if line["status"] == "skipped"] == ["tgpu/m/s0", "tgpu/m/s1"]  # no repeats
     assert sum(line["status"] == "done" for line in lines) == 5 and out.summary.models[0].done == 4
     assert json.loads((run_dir / "batch.json").read_text())["samples"] == 2
-    gpu = StubExecutor(gpus=1)
+    gpu = StubExecutor(gpus=1, out_dir=root / "out")
     run_batch(ts, ["m"], 2, cfg, executor=gpu)  # now a GPU: the skipped jobs run, nothing else
     assert gpu.ran == ["tgpu/m/s0", "tgpu/m/s1"]
+
+
+def test_resume_runs_again_a_done_job_whose_report_does_not_verify(project):
+    """A `done` line is a finished job only when its report.json carries this machine's seal: an edited
+    report, one with no seal (made elsewhere, or before seals) or a done line with no report runs again."""
+    root, tasks, models = project
+    ts = [t for t in load_tasks(tasks) if not t.spec.requires_gpu]
+    cfg = BatchConfig(run_id="r", out_dir=root / "out", quiet=True)
+    run_batch(ts, ["m"], 2, cfg, executor=StubExecutor(out_dir=root / "out"))
+    run_dir = root / "out/results/r"
+    edited = run_dir / "t1/m/s0/report.json"
+    edited.write_text(edited.read_text().replace('"subtype": "success"', '"subtype": "success" '))
+    (run_dir / "t2/m/s0/report.json.mac").unlink(missing_ok=True)
+    Ledger(run_dir).append(rec("t1", "m", sample=1, report=None))  # a done line naming no report
+    cfg.resume = True
+    said = io.StringIO()
+    again = StubExecutor(out_dir=root / "out")
+    run_batch(ts, ["m"], 2, cfg, executor=again, console=Console(file=said, width=300))
+    assert sorted(again.ran) == ["t1/m/s0", "t1/m/s1", "t2/m/s0"]  # t2/m/s1 is sealed: left alone
+    lines = sorted(said.getvalue().strip().splitlines())
+    assert lines == [
+        "t1/m/s0: its report.json has a MAC that does not verify (changed since this machine's perfagent wrote "
+        "it): running the job again",
+        "t1/m/s1: its report.json carries no MAC from this machine's perfagent (recorded elsewhere, or before "
+        "evidence was sealed): running the job again",
+        "t2/m/s0: its report.json carries no MAC from this machine's perfagent (recorded elsewhere, or before "
+        "evidence was sealed): running the job again"], lines
+    again = StubExecutor(out_dir=root / "out")
+    run_batch(ts, ["m"], 2, cfg, executor=again)
+    assert again.ran == []  # each re-run left a sealed report
+
+
+def test_a_workers_sealed_files_are_sealed_again_with_this_machines_key(tmp_path):
+    """A Ray worker on another machine seals with its own key; the batch seals what it sent back with its own,
+    and nothing the worker did not seal."""
+    from agent.batch.executors import write_files
+    from agent.util.seal import is_sealed, mac_path, sign
+
+    job = "results/r/t/m/s0"
+    write_files(tmp_path, {f"{job}/report.json": b'{"type": "result"}\n',
+                           f"{job}/report.json.mac": sign(bytes(32), b'{"type": "result"}\n').encode(),
+                           f"{job}/trajectory.jsonl": b"{}\n"})
+    assert is_sealed(tmp_path / job / "report.json")
+    assert not mac_path(tmp_path / job / "trajectory.jsonl").exists()
 
 
 def test_cli_errors_are_one_line(project, capsys):

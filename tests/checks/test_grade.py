@@ -14,6 +14,7 @@ from agent.checks.evidence import Evidence, EvidenceError, load_recorded
 from agent.checks.grade import CARRIED, FINAL, RULES, grade
 from agent.checks.integrity import Flag, IntegrityResult
 from agent.task import TaskSpec
+from agent.util.seal import load_key, write_sealed_json
 
 SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD",
                                 "correctness": {"command": "pytest"},
@@ -64,6 +65,8 @@ def test_a_clean_change_passes_with_no_reasons():
 
 @pytest.mark.parametrize("update, verdict, reason", [
     ({"error": "setup failed on the baseline (exit 1)"}, "error", "setup failed on the baseline"),
+    ({"correctness": Correctness(plain=run("plain").model_copy(update={"escaped": "its cgroup did not empty"}),
+                                 poison=run("poison"))}, "error", "the plain run: its cgroup did not empty"),
     ({"hygiene": Hygiene(ok=False, problems=["binary file"])}, "rejected", "patch refused: binary file"),
     ({"integrity": IntegrityResult(refused=["conftest.py: test collection"])}, "rejected", "patch refused: conftest"),
     ({"protected_violations": ["tests/test_m.py"]}, "rejected", "touches protected paths: tests/test_m.py"),
@@ -154,9 +157,9 @@ def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_p
     """A task's hint raised after the run: the same evidence, graded again, passes."""
     recorded = tmp_path / "checks.json"
     e = passing(perf=VAGUE)
-    recorded.write_text(json.dumps([{"time": 0, "full": True, "evaluation": grade(e, SPEC).model_dump(mode="json"),
-                                     "evidence": e.model_dump(mode="json")}]))
-    (r,) = load_recorded(tmp_path)
+    write_sealed_json(recorded, [{"time": 0, "full": True, "evaluation": grade(e, SPEC).model_dump(mode="json"),
+                                  "evidence": e.model_dump(mode="json")}])
+    (r,) = load_recorded(tmp_path, load_key())
     assert r.evaluation["verdict"] == "fail" and r.evaluation["perf"]["verdict"] == "not confirmed"
     looser = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 2000})})
     assert grade(r.evidence, looser).verdict == "pass"
@@ -166,14 +169,17 @@ def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_p
 
 def test_files_without_evidence_are_one_clear_error(tmp_path):
     old = tmp_path / "checks.json"
-    old.write_text(json.dumps([{"time": 0, "full": True, "evaluation": {"verdict": "pass"}}]))
+    write_sealed_json(old, [{"time": 0, "full": True, "evaluation": {"verdict": "pass"}}])
     with pytest.raises(EvidenceError, match="carry no evidence"):
-        load_recorded(old)
+        load_recorded(old, load_key())
     with pytest.raises(EvidenceError, match="cannot read"):
-        load_recorded(tmp_path / "missing.json")
-    (tmp_path / "bad.json").write_text('{"changes": "perhaps"}')
+        load_recorded(tmp_path / "missing.json", load_key())
+    write_sealed_json(tmp_path / "bad.json", {"changes": "perhaps"})
     with pytest.raises(EvidenceError, match="not evidence perfagent wrote"):
-        load_recorded(tmp_path / "bad.json")
+        load_recorded(tmp_path / "bad.json", load_key())
+    (tmp_path / "unsealed.json").write_text(json.dumps(passing().model_dump(mode="json")))
+    with pytest.raises(EvidenceError, match="carries no MAC from this machine's perfagent.*; nothing graded$"):
+        load_recorded(tmp_path / "unsealed.json", load_key())
 
 
 def test_the_evaluation_reports_every_fact_it_was_graded_from():
@@ -191,7 +197,7 @@ def test_check_strict_is_a_gate_for_ci(tmp_path):
 
     def recorded(e: Evidence) -> str:
         path = tmp_path / f"checks-{len(list(tmp_path.iterdir()))}.json"
-        path.write_text(json.dumps([{"time": 0, "full": True, "evidence": e.model_dump(mode="json")}]))
+        write_sealed_json(path, [{"time": 0, "full": True, "evidence": e.model_dump(mode="json")}])
         return str(path)
 
     broken = recorded(passing(correctness=Correctness(plain=run("plain", passed=False), poison=run("poison"))))
