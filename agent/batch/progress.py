@@ -13,13 +13,13 @@ from typing import Callable
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from agent.batch.executors import JobSpec
 from agent.results.record import JobRecord
+from agent.util.text import markup_safe
 
 MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}
 
@@ -82,7 +82,8 @@ class BatchProgress:
     def started(self, job: JobSpec, device: str | None) -> None:
         self.running[job.key] = time.monotonic()
         if self.plain and not self.quiet:
-            self.console.print(f"started {job.key}" + (f" on {device}" if device else ""), highlight=False)
+            self.console.print(markup_safe(f"started {job.key}" + (f" on {device}" if device else "")),
+                               highlight=False)
         self._refresh()
 
     def _tell_checks(self, every_s: float = 1.0) -> None:
@@ -97,7 +98,8 @@ class BatchProgress:
             lines, self._read[key] = _new_lines(self.log_of(key), self._read.get(key, 0))
             for line in lines:
                 if _CHECKED.search(line):
-                    self.console.print(f"  {escape(key)}: {escape(line.split(' ', 1)[-1])}", highlight=False)
+                    self.console.print(f"  {markup_safe(key)}: {markup_safe(line.split(' ', 1)[-1])}",
+                                       highlight=False)
 
     def finished(self, rec: JobRecord) -> None:
         self.running.pop(rec.key, None)
@@ -122,7 +124,7 @@ class BatchProgress:
             x for x in (r.outcome, f"{r.speedup:.3g}x" if r.speedup else None, r.perf_verdict) if x)
         cost = "" if r.cost_usd is None else f" ${r.cost_usd:.4f}"
         mark = MARK["failed"] if r.failure else MARK[r.status]  # an error subtype is never a tick
-        return f"{mark} {r.key}  {what}{cost}  [dim]{r.wall_s:.1f}s[/]"
+        return f"{mark} {markup_safe(f'{r.key}  {what}{cost}')}  [dim]{r.wall_s:.1f}s[/]"
 
     def __rich__(self) -> Group:
         """Redrawn twice a second: elapsed times and each job's latest step move between events."""
@@ -138,7 +140,8 @@ class BatchProgress:
             task, _, rest = key.partition("/")
             model, _, sample = rest.rpartition("/")
             step = _last_line(self.log_of(key)) if self.log_of else ""
-            table.add_row(task, model, sample, _hms(now - since), escape(step))
+            table.add_row(markup_safe(task), markup_safe(model), markup_safe(sample), _hms(now - since),
+                          markup_safe(step))
         return table
 
     def _status(self) -> Text:

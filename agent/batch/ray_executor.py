@@ -4,7 +4,10 @@ What a job needs travels through Ray, never by path: the harness as the runtime_
 (every worker runs the batch's own code), each task packed once into the object store
 (agent/batch/kit.py), and a replay trajectory, the run's predictions and a price table as bytes
 with the job (agent/batch/ray_job.py). What a job leaves comes back the same way and is written
-here, report.json last, so a job lost halfway leaves no report.
+here, report.json last, so a job lost halfway leaves no report. The batch, not the worker, decides
+which job it is and where its files go: the record's key, task, model and sample are the plan's, and
+a shipped name that is not inside that job's own folders (or that a link would carry elsewhere) is
+refused, named in the record, and fails the job (agent/batch/landing.py).
 
 Leases keep timings clean: a job takes 1 CPU of a node, a GPU task's job a whole GPU
 (num_gpus=1: Ray never gives one GPU to two of them, so no measurement shares its device), and a
@@ -35,8 +38,10 @@ import agent
 from agent.batch.executors import (PROVIDER_ENV, ExecutorError, JobSpec, LaunchConfig, OnFinish, OnStart,
                                    write_files)
 from agent.batch.kit import pack_task
+from agent.batch.landing import Refused, open_folder, sort_out
 from agent.batch.ray_job import JobInputs, remote_job
-from agent.results.layout import PREDICTIONS, claim_job, job_paths
+from agent.results.layout import EMITTED, JOB_LOG, PREDICTIONS, REPORT, claim_job, job_paths
+from agent.results.record import JobRecord
 from agent.task import load_task
 
 POLL_S = 0.5  # how long the batch waits for any job's news before it looks at the clocks
@@ -45,6 +50,7 @@ SILENT_S = 30.0  # a running job that sends nothing for this long is taken for l
 NODES_S = 5.0  # how often queued jobs are checked against the nodes still alive
 CANCEL_WAIT_S = 5.0  # on Ctrl-C, how long the batch waits for its cancelled jobs to end
 RAY_LOG = "ray.log"  # in the run's folder: what Ray told the driver (a node died, ...)
+REFUSED_NAMED = 10  # of the names a job shipped that the batch refused, how many its record names
 
 
 @dataclass
@@ -143,28 +149,69 @@ class RayExecutor:
             _drop(flights, gen)
             on_finish(fl.job.record("failed", reason=self._why_lost(fl, e), node=fl.node, wall_s=self._ran(fl)))
             return
+        if not isinstance(item, tuple) or len(item) < 2:
+            return  # not one of the three things a job sends: taken for silence
         fl.beat = time.monotonic()
         kind = item[0]
         if kind == "start":
-            fl.started, fl.where = fl.beat, item[1]
-            log = self._log(fl.job)
-            fl.claim.enter_context(claim_job(log.parent))
-            log.write_text(f"ray: on node {fl.node} ({fl.where.get('host')})\n")
+            fl.started, fl.where = fl.beat, item[1] if isinstance(item[1], dict) else {}
+            try:
+                self._write_log(fl.job, f"ray: on node {fl.node} ({fl.where.get('host')})\n".encode(), "w")
+            except Refused as e:  # the job's folder here is reached through a link: nothing written through it
+                _drop(flights, gen)
+                self._cancel([gen], wait=False)
+                on_finish(fl.job.record("failed", reason=f"its folder here is not written: {e}", node=fl.node))
+                return
+            fl.claim.enter_context(claim_job(self._folder(fl.job)))
             on_start(fl.job, _place_name(fl.where))
-        elif kind == "log" and item[1]:
-            with open(self._log(fl.job), "ab") as f:
-                f.write(item[1])
+        elif kind == "log" and isinstance(item[1], bytes) and item[1]:
+            try:
+                self._write_log(fl.job, item[1], "a")
+            except (Refused, OSError):  # a link put there since it started: those lines are not written through
+                pass
         elif kind == "done":
-            rec, files = item[1], item[2]
-            write_files(Path(self.cfg.out_dir), files)
+            rec = self._landed(fl.job, item[1], item[2] if len(item) > 2 else None)
             _drop(flights, gen)  # after its files: never "missing report" in between
             on_finish(rec)
 
-    def _log(self, job: JobSpec) -> Path:
-        """The job's batch.log here: filled as its lines arrive, replaced by the worker's whole log at its end."""
-        folder = job_paths(self.cfg.out_dir, self.cfg.run_id, job.key)[0]
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / "batch.log"
+    def _landed(self, job: JobSpec, rec: object, files: object) -> JobRecord:
+        """The job's shipped files written where its plan says, and its record as the batch knows it: the
+        plan's key, task, model and sample (a worker cannot file its result as another job's), the report
+        and patch paths of what landed, and, when a name was refused, a failure that names it."""
+        out = Path(self.cfg.out_dir)
+        kept, refused = sort_out(out, self.cfg.run_id, job.key, files)
+        write_files(out, kept)
+        if not isinstance(rec, JobRecord):
+            rec, refused = job.record("failed"), [f"the worker sent no job record ({type(rec).__name__})", *refused]
+        results, patches = job_paths(Path(), self.cfg.run_id, job.key)
+        report, patch = (results / REPORT).as_posix(), (patches / EMITTED).as_posix()
+        update: dict[str, Any] = dict(key=job.key, task=job.task, model=job.model, sample=job.sample,
+                                      has_reference=job.has_reference, report=report if report in kept else None,
+                                      patch=patch if patch in kept else None)
+        if refused:
+            more = f" (+{len(refused) - REFUSED_NAMED} more)" if len(refused) > REFUSED_NAMED else ""
+            update.update(status="failed", reason="the worker shipped files the batch refused to write: "
+                          + "; ".join(refused[:REFUSED_NAMED]) + more)
+        return rec.model_copy(update=update)
+
+    def _folder(self, job: JobSpec) -> Path:
+        return job_paths(self.cfg.out_dir, self.cfg.run_id, job.key)[0]
+
+    def _write_log(self, job: JobSpec, data: bytes, mode: str) -> None:
+        """The job's batch.log here: filled as its lines arrive, replaced by the worker's whole log at its end.
+        Its folder is reached with no link followed, and the log itself is never a link (Refused)."""
+        folder = job_paths(Path(), self.cfg.run_id, job.key)[0].as_posix()
+        fd = open_folder(Path(self.cfg.out_dir), folder)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+            try:
+                log = os.open(JOB_LOG, flags, 0o666, dir_fd=fd)
+            except OSError as e:
+                raise Refused(f"{folder}/{JOB_LOG}: {e.strerror}") from None
+            with os.fdopen(log, "wb") as f:
+                f.write(data)
+        finally:
+            os.close(fd)
 
     # -- jobs that will not end by themselves --------------------------------------------------------
     def _overdue(self, flights: dict, on_finish: OnFinish, now: float) -> None:

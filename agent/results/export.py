@@ -6,7 +6,8 @@
   nothing passed, or the job left none), plus perfagent's own figures under the one key `perfagent`.
   Those readers keep one record per instance_id (a dict keyed by it), so K samples or several contestants
   go to one file each (`select`'s sample and model).
-- csv: one row per job, the summary's columns, for pandas and spreadsheets.
+- csv: one row per job, the summary's columns, for pandas and spreadsheets. Its names come from ledgers made
+  elsewhere, so every text cell goes through `csv_cell`: no formula a spreadsheet would run, no escape sequence.
 
 `load_jobs` reads a run folder through the one loader (`agent.results.load`); everything after it is pure.
 """
@@ -28,6 +29,7 @@ from agent.results.layout import EMITTED, job_paths, locate, out_dir_of, split_k
 from agent.results.load import load_run
 from agent.results.predictions import Prediction
 from agent.results.record import JobRecord
+from agent.util.text import csv_cell
 
 __all__ = ["CSV_COLUMNS", "FORMATS", "SCHEMA", "ExportError", "ExportedJob", "PerfagentFields",
            "contestant_name", "csv_row", "csv_text", "load_jobs", "prediction", "predictions_json", "predictions_jsonl",
@@ -168,10 +170,11 @@ def csv_row(job: ExportedJob) -> dict[str, object]:
 
 
 def csv_text(jobs: Iterable[ExportedJob]) -> str:
-    """A header line and one row per job (RFC 4180 quoting, "\\n" line ends)."""
+    """A header line and one row per job (RFC 4180 quoting, "\\n" line ends), each text cell neutralised
+    (`csv_cell`): a contestant named "=HYPERLINK(...)" is text in a spreadsheet, not a live formula."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
     for job in jobs:
-        w.writerow(csv_row(job))
+        w.writerow({k: csv_cell(v) for k, v in csv_row(job).items()})
     return buf.getvalue()

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from agent.results.summary import BatchSummary, ModelSummary, TaskRow
 from agent.util.files import atomic_write
+from agent.util.text import markup_safe
 
 
 def _pct(x: float | None) -> str:
@@ -104,14 +105,15 @@ def sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str
 
 
 def summary_tables(s: BatchSummary) -> list[Table]:
-    """The summary as rich tables: results per model, spend per model, one row per (task, model)."""
+    """The summary as rich tables: results per model, spend per model, one row per (task, model). A cell
+    holds names from a ledger that may come from elsewhere: markup-escaped, its control sequences stripped."""
     tables = []
     for title, cols, rows in sections(s):
-        t = Table(title=title)
+        t = Table(title=markup_safe(title))
         for c in cols:
-            t.add_column(c, overflow="fold")
+            t.add_column(markup_safe(c), overflow="fold")
         for row in rows:
-            t.add_row(*row)
+            t.add_row(*map(markup_safe, row))
         tables.append(t)
     return tables
 

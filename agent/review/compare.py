@@ -18,6 +18,7 @@ from rich.text import Text
 from agent.results.summary import ModelSummary, TaskRow
 from agent.review.load import Results, RunView
 from agent.review.rows import fmt_speedup, run_outcome
+from agent.util.text import markup_safe, strip_controls
 
 CHANGE_STYLE = {"new": "cyan", "gone": "magenta", "more correct": "green", "faster": "green",
                 "fewer correct": "red", "slower": "red", "same": "dim", "not comparable": "yellow",
@@ -166,14 +167,15 @@ def _speedups(r: CompareRow) -> str:
 
 
 def compare_table(a: Results, b: Results, rows: list[CompareRow]) -> Table:
-    t = Table(title=f"{a.run_id} -> {b.run_id}", title_justify="left",
+    t = Table(title=markup_safe(f"{a.run_id} -> {b.run_id}"), title_justify="left",
               caption="faster / slower: the two runs' 95% intervals do not overlap; otherwise no clear difference "
                       "(or inconclusive, when a side's measurement could not tell)", caption_justify="left")
     for col in ("task", "model", "outcomes", "ended", "correct", "best speedup [95% CI]", "cost", "change"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(r.task, r.model, _pair(r.outcomes_a, r.outcomes_b),
-                  Text(_pair(r.subtypes_a, r.subtypes_b, collapse=True),
+        # names and outcomes from two ledgers made elsewhere: markup escaped, control sequences stripped
+        t.add_row(markup_safe(r.task), markup_safe(r.model), markup_safe(_pair(r.outcomes_a, r.outcomes_b)),
+                  Text(strip_controls(_pair(r.subtypes_a, r.subtypes_b, collapse=True)),
                        style="" if r.subtypes_a == r.subtypes_b else "yellow"),
                   _correct(r.a, r.b), _speedups(r),
                   _arrow(r.a.cost_usd if r.a else None, r.b.cost_usd if r.b else None, ".4f", "$"),
@@ -189,7 +191,7 @@ def model_compare_table(a: Results, b: Results) -> Table:
         t.add_column(col)
     for model in sorted(set(ma) | set(mb)):
         x, y = ma.get(model), mb.get(model)
-        t.add_row(model, _correct(x, y), _failed(x, y),
+        t.add_row(markup_safe(model), _correct(x, y), _failed(x, y),
                   f"{_x(x.geomean_speedup if x else None)} -> {_x(y.geomean_speedup if y else None)}",
                   _arrow(x.cost_usd if x else None, y.cost_usd if y else None, ".4f", "$"))
     return t
@@ -214,5 +216,5 @@ def render_compare(console: Console, a: Results, b: Results) -> list[CompareRow]
     for res in (a, b):
         for r in res.runs:
             if r.problem:
-                console.print(f"[red]{res.run_id}/{r.key}: {r.problem}[/]", highlight=False)
+                console.print(f"[red]{markup_safe(f'{res.run_id}/{r.key}: {r.problem}')}[/]", highlight=False)
     return rows

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,6 +22,7 @@ from agent.checks.render import verdict_level as evaluation_level
 from agent.models.base import Usage
 from agent.results.report import AgentRound, AgentRun, ModelUsage, PermissionDenial, Report
 from agent.review.load import ARTIFACTS, PatchFile, RunView
+from agent.util.text import strip_controls
 
 if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
@@ -149,8 +149,9 @@ def contestant(spec: str, agent: AgentRun | None = None) -> str:
 
 
 def printable(text: str) -> str:
-    """The agent's text without control characters: an escape sequence in a claim must not drive a terminal."""
-    return "".join(c for c in text if c in "\n\t" or not unicodedata.category(c).startswith("C"))
+    """The agent's text without escape sequences or control characters, lines kept: an escape sequence in a
+    claim must not drive a terminal (`agent.util.text.strip_controls`, the one stripper)."""
+    return strip_controls(text, multiline=True)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""`perfagent review`: the runs as a table, and one run in detail, drawn with rich."""
+"""`perfagent review`: the runs as a table, and one run in detail, drawn with rich.
+
+Every name, note, claim and diff here may come from a results folder made elsewhere: each reaches rich
+as plain Text stripped of control sequences, or as markup escaped (`agent.util.text`), never raw.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,19 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from agent.checks.render import LEVEL_STYLE, rows_table
+from agent.checks.render import LEVEL_STYLE, Row, rows_table
 from agent.results.report import Report
 from agent.results.tables import summary_tables
 from agent.review.load import PatchFile, Results, ReviewError, RunView
 from agent.review.rows import (EMPTY_PATCH, SortKey, agent_rows, check_rows, claim_rows, contestant, fmt_cost,
                                fmt_speedup, fmt_usd, patch_cut_note, patch_title, plot_title, printable, run_outcome,
                                run_summary, sample_plot, sort_runs, token_costs, verdict_level)
+from agent.util.text import markup_safe, strip_controls
+
+
+def _rows(rows: list[Row]) -> list[Row]:
+    """Check rows as rows_table draws them: the name is a markup string, the text a Text."""
+    return [Row(markup_safe(r.name), strip_controls(r.text, multiline=True), r.level) for r in rows]
 
 
 def _verdict_text(verdict: str) -> Text:
@@ -23,7 +33,7 @@ def _verdict_text(verdict: str) -> Text:
 
 
 def runs_table(results: Results, runs: list[RunView]) -> Table:
-    t = Table(title=f"{results.run_id}: {len(runs)} run(s)", title_justify="left")
+    t = Table(title=f"{markup_safe(results.run_id)}: {len(runs)} run(s)", title_justify="left")
     nodes = any(r.record is not None and r.record.node for r in runs)  # a Ray batch: which node ran each job
     for col, kw in (("job", {"overflow": "fold"}), ("task", {}), ("model", {}), ("sample", {"justify": "right"}),
                     ("outcome", {}), ("speedup [95% CI]", {"justify": "right"}), ("cost", {"justify": "right"}),
@@ -31,18 +41,21 @@ def runs_table(results: Results, runs: list[RunView]) -> Table:
         t.add_column(col, **kw)
     for r in runs:
         node = [(r.record.node or "-")[:8] if r.record is not None else "-"] if nodes else []
-        t.add_row(r.key, r.task, contestant(r.model, r.agent), f"s{r.sample}", _verdict_text(run_outcome(r)),
-                  fmt_speedup(r), fmt_cost(r), "-" if r.turns is None else str(r.turns), *node)
+        t.add_row(markup_safe(r.key), markup_safe(r.task), markup_safe(contestant(r.model, r.agent)), f"s{r.sample}",
+                  _verdict_text(strip_controls(run_outcome(r))), fmt_speedup(r), fmt_cost(r),
+                  "-" if r.turns is None else str(r.turns), *map(markup_safe, node))
     return t
 
 
 def _patch_panel(p: PatchFile) -> Panel:
-    body: RenderableType = (Syntax(p.text, "diff", theme="ansi_dark", word_wrap=True) if p.text.strip()
+    text = strip_controls(p.text, multiline=True)
+    body: RenderableType = (Syntax(text, "diff", theme="ansi_dark", word_wrap=True) if text.strip()
                             else Text(f"({EMPTY_PATCH})"))
     note = patch_cut_note(p)
     if note:
-        body = Group(Text(note, style="yellow"), body)
-    return Panel(body, title=patch_title(p), title_align="left", border_style="red" if p.rejected else "none")
+        body = Group(Text(strip_controls(note), style="yellow"), body)
+    return Panel(body, title=markup_safe(patch_title(p)), title_align="left",
+                 border_style="red" if p.rejected else "none")
 
 
 def _cost_table(report: Report) -> Table | None:
@@ -53,7 +66,7 @@ def _cost_table(report: Report) -> Table | None:
     for col in ("model", "type", "tokens", "USD"):
         ct.add_column(col, justify="left" if col in ("model", "type") else "right")
     for c in costs:
-        ct.add_row(c.model, c.kind, f"{c.tokens:,}", "-" if c.usd is None else f"${c.usd:.6f}")
+        ct.add_row(markup_safe(c.model), c.kind, f"{c.tokens:,}", "-" if c.usd is None else f"${c.usd:.6f}")
     ct.add_row("", "total (report)", "", fmt_usd(report.total_cost_usd), style="bold")
     return ct
 
@@ -70,34 +83,38 @@ def _claims_panel(run: RunView) -> Panel | None:
         claimed = Text(c.claimed)
         if c.against:
             claimed.append("\n" + c.against, style=LEVEL_STYLE["warn"])
-        claims.add_row(c.session, claimed, Text(c.measured, style=LEVEL_STYLE[c.level]))
-    return Panel(Group(claims, rows_table(agent_rows(run), show_header=False)),
-                 title=f"claims vs evidence: {contestant(run.model, run.agent)}", title_align="left")
+        claims.add_row(markup_safe(c.session, multiline=True), claimed, Text(c.measured, style=LEVEL_STYLE[c.level]))
+    return Panel(Group(claims, rows_table(_rows(agent_rows(run)), show_header=False)),
+                 title=f"claims vs evidence: {markup_safe(contestant(run.model, run.agent))}", title_align="left")
 
 
 def run_detail(run: RunView) -> Group:
     """Everything about one run: checks, an external agent's claims against them, perf samples, the diffs,
     the agent's summary, the cost."""
     rep = run.report
-    head = Text.assemble((f"{run.key}", "bold"),
-                         f"  task {run.task} · model {contestant(run.model, run.agent)} · sample s{run.sample} · ",
-                         _verdict_text(run_outcome(run)))
+    head = Text.assemble((strip_controls(run.key), "bold"),
+                         strip_controls(f"  task {run.task} · model {contestant(run.model, run.agent)} · "
+                                        f"sample s{run.sample} · "),
+                         _verdict_text(strip_controls(run_outcome(run))))
     if rep is not None:
-        head.append(f"\n{run_summary(rep)}, cost {fmt_usd(rep.total_cost_usd)}")
+        head.append("\n" + strip_controls(f"{run_summary(rep)}, cost {fmt_usd(rep.total_cost_usd)}"))
     if run.record is not None and run.record.reason:
-        head.append(f"\nbatch: {run.record.status}: {run.record.reason}", style="yellow")
+        head.append("\n" + strip_controls(f"batch: {run.record.status}: {run.record.reason}"), style="yellow")
     parts: list[RenderableType] = [Panel(head, expand=False),
-                                   rows_table(check_rows(run), title="checks", show_header=False)]
+                                   rows_table(_rows(check_rows(run)), title="checks", show_header=False)]
     claims = _claims_panel(run)
     if claims is not None:
         parts.append(claims)
     plot = sample_plot(run.perf)
     if plot and run.perf is not None:
-        parts.append(Panel(Text(plot), title=plot_title(run.perf), expand=False, title_align="left"))
+        parts.append(Panel(Text(strip_controls(plot, multiline=True)), title=markup_safe(plot_title(run.perf)),
+                           expand=False, title_align="left"))
     parts += [_patch_panel(p) for p in run.patches]
     if rep is not None:
         if rep.result:
-            parts.append(Panel(Markdown(printable(rep.result)), title="agent's final summary", title_align="left"))
+            # links shown with their address, never as a terminal hyperlink that hides it
+            parts.append(Panel(Markdown(printable(rep.result), hyperlinks=False), title="agent's final summary",
+                               title_align="left"))
         costs = _cost_table(rep)
         if costs is not None:
             parts.append(costs)
@@ -112,15 +129,15 @@ def render_review(console: Console, results: Results, *, task: str | None = None
     """The run list (with the batch's summary tables), and the detail of one run when one is selected."""
     runs = sort_runs(select(results.runs, task), sort)
     if not runs:
-        raise ReviewError(f"no run of task {task!r} in {results.run_dir}; tasks: "
-                          + ", ".join(sorted({r.task for r in results.runs})))
+        raise ReviewError(strip_controls(f"no run of task {task!r} in {results.run_dir}; tasks: "
+                                         + ", ".join(sorted({r.task for r in results.runs}))))
     if results.is_batch and task is None:
         for table in summary_tables(results.summary):
             console.print(table)
     console.print(runs_table(results, runs))
     for r in runs:
         if r.problem:
-            console.print(f"[red]{r.key}: {r.problem}[/]", highlight=False)
+            console.print(f"[red]{markup_safe(f'{r.key}: {r.problem}')}[/]", highlight=False)
     if task is not None or len(runs) == 1:
         for r in runs:
             console.print(run_detail(r))

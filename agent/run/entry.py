@@ -29,6 +29,7 @@ from agent.options import RunOptions
 from agent.results.layout import JobInUse, claim_job
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import TaskError
+from agent.util.text import markup_safe
 
 if TYPE_CHECKING:
     from agent.results.predictions import Prediction
@@ -67,10 +68,10 @@ def guarded(call: Callable[[], int]) -> int:
     try:
         return call()
     except TaskBroken as e:  # not the input's fault, nor a change's: the task's commands fail on its base
-        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
         return 1
     except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError, CheckError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
@@ -78,7 +79,7 @@ def guarded(call: Callable[[], int]) -> int:
     except Exception as e:
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
-        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {markup_safe(str(e))} "
                   "(PERFAGENT_DEBUG=1 shows the traceback)", highlight=False)
         return 1
 

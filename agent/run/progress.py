@@ -9,11 +9,11 @@ from typing import Callable
 
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.text import Text
 
 from agent.checks.render import LEVEL_STYLE, verdict_level
 from agent.models.base import Usage
+from agent.util.text import markup_safe, strip_controls
 
 
 class RunProgress:
@@ -53,7 +53,7 @@ class RunProgress:
             style = LEVEL_STYLE[verdict_level(data.get("verdict", ""))] or "cyan"
             what = "final evaluation" if data.get("full") else "quick check"
             self._live.console.print(
-                f"  {what} #{data.get('n', '?')}: [{style}]{escape(data.get('line', ''))}[/]"
+                f"  {what} #{data.get('n', '?')}: [{style}]{markup_safe(data.get('line', ''))}[/]"
                 f"  [dim]{data.get('duration_s') or 0:.1f}s[/]", highlight=False)
             self.activity, self.step = f"{what} #{data.get('n', '?')}: {data.get('verdict', '')}", ""
         elif kind == "usage":
@@ -75,9 +75,9 @@ class RunProgress:
         else:
             cost = "cost unknown" if self.cost is None else f"${self.cost:.4f}"
             spend = f"{tokens / 1000:.1f}k tokens ({u.cache_read / 1000:.1f}k cached)  {cost}"
-        step = f"\n  [dim]{escape(self.step)} ({now - self.step_since:.0f}s)[/]" if self.step else ""
+        step = f"\n  [dim]{markup_safe(self.step)} ({now - self.step_since:.0f}s)[/]" if self.step else ""
         return Text.from_markup(
-            f"[bold]{escape(self.label)}[/]  turn {self.turn}  [cyan]{escape(self.activity)}[/]  {spend}  "
+            f"[bold]{markup_safe(self.label)}[/]  turn {self.turn}  [cyan]{markup_safe(self.activity)}[/]  {spend}  "
             f"{_clock(now - self.start)}{step}")
 
 
@@ -109,7 +109,7 @@ class EventLog:
             line = data["message"]
         else:
             return
-        self.write(f"{_clock(time.monotonic() - self.start):>6} {line}")
+        self.write(f"{_clock(time.monotonic() - self.start):>6} {strip_controls(line)}")  # one line, no escapes
 
 
 def _clock(seconds: float) -> str:

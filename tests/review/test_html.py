@@ -184,7 +184,7 @@ def test_claims_beside_evidence_per_run_escaped(agent_batch):
     assert "run-1-claims" not in page.tables  # our own loop makes no claims to check
     ((session, claimed, measured),) = page.tables["run-2-claims"]
     assert session.startswith("round 1 · exit 0")
-    assert claimed == ("claimed: All good <script>alert(1)</script> & <b>safe</b>[2J\n"
+    assert claimed == ("claimed: All good <script>alert(1)</script> & <b>safe</b>\n"  # the escape sequence gone whole
                        "No risk of uninitialized memory access.")
     assert measured.startswith("measured: fail — tests fail with uninitialised memory poisoned")
     agent = dict(page.tables["run-2-agent"])

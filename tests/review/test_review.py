@@ -272,8 +272,8 @@ def test_claim_vs_evidence_wording():
     assert measured == "measured: fail — a fails; b fails"
     assert claim_vs_evidence("", "", []) == ("claimed: (no final message)", "measured: not graded")
     claimed, _ = claim_vs_evidence("done\x1b[2J\x07 <b>", "pass", [])
-    assert claimed == "claimed: done[2J <b>"  # no escape sequence reaches the terminal; markup is text
-    assert claim_vs_evidence("x", "fail", ["test_\x1b]0;pwned\x07a"])[1] == "measured: fail — test_]0;pwneda"
+    assert claimed == "claimed: done <b>"  # no escape sequence (nor its tail) reaches the terminal; markup is text
+    assert claim_vs_evidence("x", "fail", ["test_\x1b]0;pwned\x07a"])[1] == "measured: fail — test_a"
     assert against_claim(["it speaks of a commit; none was made", "it names x.diff: empty"]) == (
         "but: it speaks of a commit; none was made\nbut: it names x.diff: empty")
     told = AgentRun(name="mini-swe-agent", model="gpt-4o",
