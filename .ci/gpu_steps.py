@@ -1,4 +1,4 @@
-"""The GPU checks, step by step (started by `.ci/gpu`; README: "Running the GPU checks").
+"""The GPU checks, step by step (started by `.ci/gpu`; docs/gpu.md: "Running the GPU checks").
 
 GPU time comes rarely and briefly, so one run proves every CUDA path of perfagent and keeps every
 figure: the bundled target's tests on CUDA (plain, poisoned, real graph capture and replay), the
