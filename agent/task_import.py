@@ -30,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from agent import import_rules
 from agent.env.workspace import PatchError, check_task_base, patch_paths
 from agent.task import TaskError, load_task
 
-FORMATS = ("gso", "swebench")
+FORMATS = ("gso", "swebench", "iso-bench")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 GSO_METRIC = "gso_time_s"
@@ -214,7 +215,8 @@ def import_record(record: dict, fmt: str, *, out: Path, repos: Path | None = Non
     task_id = _str(record, "instance_id")
     if not _ID.match(task_id):
         raise RecordError(f"instance_id: {task_id!r} cannot be a task id ([A-Za-z0-9][A-Za-z0-9._-]*)")
-    draft = (_gso if fmt == "gso" else _swebench)(record, task_id, out.resolve(), repos, source)
+    mapper = {"gso": _gso, "swebench": _swebench, "iso-bench": _iso_bench}[fmt]
+    draft = mapper(record, task_id, out.resolve(), repos, source)
     return Imported(id=task_id, task=draft.render(), files=draft.files, unmapped=draft.unmapped)
 
 
@@ -430,6 +432,154 @@ def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source:
     return _Draft(header, top, tables, files, unmapped)
 
 
+# ISO-Bench: https://github.com/thekernelcompany/OmniPerf-Bench (ISO-Bench/tasks/*.yaml), read by agent.iso_bench
+ISO_FIELDS = {"id", "name", "description", "repo", "runner", "env_build", "optimization_contract", "agents",
+              "testpack", "metrics", "scoring", "instance_id", "human_commit", "pre_commit"}
+_ISO_WHY = {
+    "env_build": "ISO-Bench builds its environment from a Dockerfile or requirements file: set [setup] python to "
+                 "an interpreter with the repository's dependencies",
+    "agents": "ISO-Bench's per-agent settings (steps, budgets): perfagent's run options say these",
+    "testpack": "ISO-Bench's TestPack lives outside the config: [correctness] runs the perf command (plain and "
+                "poisoned); give it the repository's own tests for more",
+    "scoring": "ISO-Bench's ranking of its metrics: perfagent's verdict comes from its own checks",
+}
+_THROUGHPUT = re.compile(r"throughput|per_s|tok|qps|rps", re.IGNORECASE)
+
+
+def _iso_records(path: Path) -> list[tuple[int, dict]]:
+    from agent.iso_bench import ConfigError, read_configs
+
+    try:
+        return list(enumerate((record for _where, record in read_configs(path)), 1))
+    except ConfigError as e:
+        raise RecordsError(str(e)) from None
+
+
+def _table(record: dict, name: str) -> dict:
+    value = record.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(f"{name}: must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def _git(mirror: str, *args: str) -> str:
+    env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    res = subprocess.run(["git", "-C", mirror, *args], capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise RecordError(f"git {args[0]} in {mirror}: {import_rules.one_line(res.stderr.strip()) or 'failed'}")
+    return res.stdout
+
+
+def _iso_bench(record: dict, task_id: str, out: Path, repos: Path | None, source: str) -> _Draft:
+    """One (human commit, its parent) pair of an ISO-Bench config: the repository at the parent, the human commit's
+    diff as [reference] (read from the mirror, so only with --repos), its target files as `focus`, its
+    `runtime:*` metric's command as the bench (run by iso_bench_run.py, which reads it from JSON)."""
+    repo_t, runner_t = _table(record, "repo"), _table(record, "runner")
+    contract, unmapped = _table(record, "optimization_contract"), []
+    url = _str(repo_t, "url")
+    repo = resolve_repo(url, repos)
+    human = _str(record, "human_commit").strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{40}", human):
+        raise RecordRefused(f"repo.human_commit: {import_rules.one_line(human)!r} is not a 40-hex commit sha")
+    local = repos is not None
+    pre = _str(record, "pre_commit", required=False).strip()
+    if pre:
+        try:
+            pre = import_rules.base_ref(pre)
+        except ValueError as e:
+            raise RecordRefused(str(e).replace("base_commit", "repo.pre_commit")) from None
+    elif local:
+        pre = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{human}^1^{{commit}}").strip()
+    else:
+        raise RecordError("repo.pre_commit: omitted (ISO-Bench then takes the human commit's first parent), which "
+                          "only a mirror can say: give --repos DIR")
+    top = {"id": toml_str(task_id), "title": "", "repo": toml_str(repo), "base": toml_str(pre)}
+    files: dict[str, str] = {}
+    reference: dict[str, str] = {}
+    if local:
+        gold = _git(repo, "diff", "--no-ext-diff", "--no-textconv", "--binary", pre, human, "--")
+        if gold.strip():
+            _patch_paths(gold, "the human commit's diff")
+            files[f"{task_id}.reference.diff"] = gold
+            reference["patch"] = toml_str(f"{task_id}.reference.diff")
+    else:
+        unmapped.append(f"repo.human_commit {human} (its diff is the reference patch; without --repos it is not "
+                        "read: import with a mirror to grade against it)")
+
+    targets = _str_list(contract, "target_files")
+    constraints = _str_list(contract, "constraints")
+    runtime = [m for m in (record.get("metrics") or []) if isinstance(m, dict)
+               and str(m.get("using", "")).startswith("runtime:")]
+    for m in record.get("metrics") or []:
+        if isinstance(m, dict) and m not in runtime[:1]:
+            unmapped.append(f"metrics: {m.get('name')!s} ({m.get('using')!s}: "
+                            + ("only the first runtime metric is the bench)" if m in runtime else
+                               "a TestPack comparison of outputs, which the config does not carry)"))
+    if not runtime:
+        raise RecordError("metrics: no runtime:* metric (its args.cmd is the bench): nothing to measure")
+    metric = runtime[0]
+    args = metric.get("args") if isinstance(metric.get("args"), dict) else {}
+    cmd = _str(args, "cmd")
+    try:
+        argv = shlex.split(cmd)
+    except ValueError:
+        raise RecordError(f"metrics: {metric.get('name')}: args.cmd is not a command line (an unclosed quote)"
+                          ) from None
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(metric.get("name") or "iso_metric"))
+    direction = "higher" if _THROUGHPUT.search(f"{name} {metric.get('using')}") else "lower"
+    for k in ("warmups", "trials", "duration_s"):
+        if k in args:
+            unmapped.append(f"metrics: {name}: args.{k} = {args[k]!s} (perfagent repeats the bench itself, in fresh "
+                            "processes, until its statistics settle)")
+    folder = out / task_id
+    files |= _runner("iso_bench_run.py", task_id, {"metric": name, "argv": argv})
+    runner = shlex.quote(str(folder / "iso_bench_run.py"))
+
+    for k, why in _ISO_WHY.items():
+        if k in record:
+            unmapped.append(f"{k} ({why})")
+    for k in ("cuda_version", "python_version", "platform", "allow_network_during_prepare", "allowed_env"):
+        if runner_t.get(k) not in (None, [], ""):
+            unmapped.append(f"runner.{k} = {runner_t[k]!s} (the machine ISO-Bench ran on: perfagent's checks run in "
+                            "its own sandbox, without network)")
+    if contract.get("strict_targets"):
+        unmapped.append("optimization_contract.strict_targets (ISO-Bench refuses changes outside the targets: "
+                        "perfagent's `focus` only points at them)")
+    unmapped += _unknown({k: v for k, v in record.items()}, ISO_FIELDS, "ISO-Bench")
+    requires_gpu = runner_t.get("requires_gpu")
+    if requires_gpu is not None and not isinstance(requires_gpu, bool):
+        raise RecordError(f"runner.requires_gpu: must be true or false, not {requires_gpu!r}")
+
+    title = str(record.get("name") or "").strip() or f"{url}: speed up"
+    top["title"] = toml_str(import_rules.one_line(title)[:100] + f" ({human[:8]})")
+    description = str(record.get("description") or "").strip()
+    prompt = (f"{description or 'Make the repository faster.'}\n\n"
+              f"(ISO-Bench task {record.get('id')!s}, human commit {human}: make the code faster with results "
+              "that stay the same.)\n"
+              + ("\nTarget files:\n" + "".join(f"- {t}\n" for t in targets) if targets else "")
+              + ("\nConstraints:\n" + "".join(f"- {c}\n" for c in constraints) if constraints else "")
+              + f"\nMeasure with `python {runner} perf` (metric `{name}`, {direction} is better).\n")
+    top["prompt"] = toml_str(prompt)
+    if targets:
+        top["focus"] = toml_list(targets)
+    if requires_gpu is not None:
+        top["requires_gpu"] = "true" if requires_gpu else "false"
+    top["read"] = toml_list([task_id])
+    header = _head("iso-bench", task_id, source) + [
+        f"One commit pair of ISO-Bench's config {record.get('id')!s}: the base is {pre}, the parent of the human "
+        f"commit {human}; [perf] runs the config's {name} command; [correctness] runs it too (plain and "
+        "poisoned): ISO-Bench's TestPack is not in the config."]
+    tables = {
+        "correctness": {"command": toml_str(f"python {runner} check")},
+        "perf": {"command": toml_str(f"python {runner} perf"), "metric": toml_str(name),
+                 "direction": toml_str(direction)},
+        "reference": reference,
+    }
+    return _Draft(header, top, tables, files, unmapped)
+
+
 # -- the edge: write, validate, report --------------------------------------------------------------------
 def _targets(task_id: str, out: Path) -> list[Path]:
     """Every name in `out` an import of `task_id` writes (or replaces)."""
@@ -517,7 +667,7 @@ def import_records(path: Path, fmt: str, out: Path, repos: Path | None = None,
         raise RecordsError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     if repos is not None and not repos.is_dir():
         raise RecordsError(f"--repos {repos}: no such folder")
-    records = read_records(path)
+    records = _iso_records(path) if fmt == "iso-bench" else read_records(path)
     result = ImportResult(records=len(records))
     seen: set[str] = set()
     for n, record in records:

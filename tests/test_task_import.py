@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import git
 import pytest
 from helpers import AUTHOR, make_repo
 
@@ -450,3 +451,108 @@ def test_an_imported_gso_test_that_always_fails_on_the_change_checks_as_fail(gso
     ev = json.loads((gso / "ev.json").read_text())
     assert ev["verdict"] == "fail", (res.returncode, ev["reasons"])
     assert not ev["correctness"]["plain"]["passed"]
+
+
+# -- GSO's tests run from a repository root, as its harness runs them in /testbed (issue 47) -------------------
+# A GSO test that reads the repository's own files through the working folder, and leaves a file there.
+CWD_TEST = '''import json
+import os
+
+from fastpkg.core import total
+
+
+def run_test(eqcheck=False, reference=False, prefix=""):
+    with open(os.path.join("data", "numbers.txt")) as f:
+        data = [int(x) for x in f.read().split()]
+    with open("stray-output.txt", "w") as f:
+        f.write("a test writes here\\n")
+    result = {"total": total(data)}
+    if reference:
+        with open(f"{prefix}_result.json", "w") as f:
+            json.dump(result, f)
+    if eqcheck:
+        with open(f"{prefix}_result.json") as f:
+            assert json.load(f) == result, "not equivalent"
+    return 0.01
+'''
+
+
+@pytest.fixture
+def gso_cwd(gso):
+    """acme/fastpkg with a data file, a GSO record whose test reads it as GSO's do (from the working folder), its
+    gold patch and a wrong one."""
+    repo = make_repo(gso / "mirrors" / "acme__numfile", {"fastpkg/__init__.py": "", "fastpkg/core.py": SLOW,
+                                                         "data/numbers.txt": " ".join(map(str, range(500))) + "\n"})
+    base = repo.head.commit.hexsha
+    gold = diff(repo, base, commit(repo, {"fastpkg/core.py": FAST}, "core: sum()"))
+    repo.git.reset("--hard", base)
+    wrong = diff(repo, base, commit(repo, {"fastpkg/core.py": FAST.replace("* rounds", "* (rounds + 1)")}, "wrong"))
+    repo.git.reset("--hard", base)
+    record = {"instance_id": "acme__numfile-1", "repo": "acme/numfile", "base_commit": base, "gt_diff": gold,
+              "api": "fastpkg.core.total", "tests": [CWD_TEST], "install_commands": []}
+    (gso / "cwd.jsonl").write_text(json.dumps(record) + "\n")
+    (gso / "cwd-gold.diff").write_text(gold)
+    (gso / "cwd-wrong.diff").write_text(wrong)
+    assert perfagent("tasks", "import", "cwd.jsonl", "--format", "gso", "--out", "imported", "--repos", "mirrors",
+                     cwd=gso).returncode == 0
+    return gso
+
+
+def test_the_gso_runner_runs_both_halves_from_a_repository_root_and_leaves_the_checkout_as_it_was(gso_cwd):
+    mirror = gso_cwd / "mirrors" / "acme__numfile"
+    runner = gso_cwd / "imported" / "acme__numfile-1" / "gso_run.py"
+    env = {**os.environ, "PYTHONPATH": str(mirror)}
+    for patch, code in (("cwd-gold.diff", 0), ("cwd-wrong.diff", 1)):
+        subprocess.run(["git", "apply", str(gso_cwd / patch)], cwd=mirror, check=True)
+        res = subprocess.run([sys.executable, str(runner), "check"], cwd=mirror, env=env, capture_output=True,
+                             text=True)
+        assert res.returncode == code, (patch, res.stdout + res.stderr)
+        assert "could not store its result" not in res.stdout, res.stdout
+        assert ("FAILED gso_test_0.py - AssertionError: not equivalent" in res.stdout) == (code == 1), res.stdout
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"], cwd=mirror,
+                                capture_output=True, text=True, check=True).stdout
+        assert [ln for ln in status.splitlines() if "__pycache__" not in ln] == [" M fastpkg/core.py"], status
+        subprocess.run(["git", "checkout", "-q", "--", "."], cwd=mirror, check=True)
+
+
+@pytest.mark.slow(seconds=60)
+def test_a_gso_test_that_reads_repository_files_through_the_working_folder_grades_gold_pass_and_wrong_fail(
+        gso_cwd):
+    """Issue 47's acceptance: on main the base's half ran from a temporary folder, so every check said the task
+    cannot be checked."""
+    for patch, verdict in (("cwd-gold.diff", "pass"), ("cwd-wrong.diff", "fail")):
+        res = perfagent("check", "imported/acme__numfile-1.toml", "--patch", patch, "--no-perf", "--json", "ev.json",
+                        cwd=gso_cwd)
+        assert (gso_cwd / "ev.json").is_file(), res.stdout + res.stderr
+        ev = json.loads((gso_cwd / "ev.json").read_text())
+        assert ev["verdict"] == verdict, (patch, res.returncode, ev["reasons"], ev["correctness"])
+
+
+def test_the_swebench_runner_grades_skipped_and_cut_off_ids_as_swebench_does(tmp_path):
+    """SWE-bench's grading (harness/grading.py): a skipped PASS_TO_PASS test is maintained, a skipped FAIL_TO_PASS
+    test is no fix, and an id cut off inside its parameters stands for the tests it begins when they agree."""
+    tests = ("import sys\n\nimport pytest\n\n\n@pytest.mark.parametrize('x', ['log(photon', 'log(photons)'])\n"
+             "def test_cut(x):\n    assert x\n\n\n@pytest.mark.skipif(sys.version_info > (3,), reason='old only')\n"
+             "def test_skipped():\n    assert False\n")
+    repo = make_repo(tmp_path / "calc", {"calc/__init__.py": "", "tests/test_x.py": tests})
+    base = repo.head.commit.hexsha
+    record = {"instance_id": "acme__calc-9", "repo": "acme/calc", "base_commit": base, "patch": "",
+              "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_x.py::test_cut[log(photon"],
+              "PASS_TO_PASS": ["tests/test_x.py::test_skipped"]}
+    (tmp_path / "r.jsonl").write_text(json.dumps(record) + "\n")
+    (tmp_path / "mirrors").mkdir()
+    (tmp_path / "calc").rename(tmp_path / "mirrors" / "calc")
+    assert perfagent("tasks", "import", "r.jsonl", "--format", "swebench", "--out", "out", "--repos", "mirrors",
+                     cwd=tmp_path).returncode == 0
+    mirror, runner = tmp_path / "mirrors" / "calc", tmp_path / "out" / "acme__calc-9" / "swe_check.py"
+    commit(git.Repo(mirror), {"calc/fix.py": "FIXED = True\n"}, "a change")  # not the base: F2P is required
+    env = {**os.environ, "PYTHONPATH": str(mirror)}
+    res = subprocess.run([sys.executable, str(runner)], cwd=mirror, env=env, capture_output=True, text=True)
+    assert res.returncode == 0 and "2 of 2 required test(s) passed" in res.stdout, res.stdout + res.stderr
+    record |= {"instance_id": "acme__calc-10", "FAIL_TO_PASS": ["tests/test_x.py::test_skipped"], "PASS_TO_PASS": []}
+    (tmp_path / "r.jsonl").write_text(json.dumps(record) + "\n")
+    assert perfagent("tasks", "import", "r.jsonl", "--format", "swebench", "--out", "out", "--repos", "mirrors",
+                     cwd=tmp_path).returncode == 0
+    res = subprocess.run([sys.executable, str(tmp_path / "out" / "acme__calc-10" / "swe_check.py")], cwd=mirror,
+                         env=env, capture_output=True, text=True)
+    assert res.returncode == 1 and "FAILED tests/test_x.py::test_skipped - skipped" in res.stdout, res.stdout

@@ -52,6 +52,12 @@ ACCUMULATES = frozenset({"add_", "sub_", "mul_", "div_", "true_divide_", "floor_
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
                          "geometric_", "cauchy_", "log_normal_"})
 _SPARSE_WRITES = frozenset({"index_put_", "masked_fill_", "masked_scatter_", "index_fill_", "index_copy_", "scatter_"})
+# Calls that tag a tensor for the compiler or the allocator: they read no element and write none.
+TAGGING_CALLS = frozenset({
+    "torch._dynamo.mark_static_address", "torch._dynamo.mark_dynamic", "torch._dynamo.maybe_mark_dynamic",
+    "torch._dynamo.mark_static", "torch._dynamo.mark_unbacked", "torch._dynamo.decorators.mark_static_address",
+    "torch._dynamo.decorators.mark_dynamic", "torch._dynamo.decorators.maybe_mark_dynamic",
+    "torch._dynamo.decorators.mark_static", "torch.compiler.mark_static_address"})
 _READ_ONLY_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "repr", "print", "max", "min", "sum", "abs",
                                  "round", "isinstance", "type", "id", "list", "tuple", "dict", "set", "range",
                                  "enumerate", "zip", "sorted", "reversed", "any", "all", "getattr", "hasattr",
@@ -462,6 +468,8 @@ class FlowVisitor(TensorVisitor):
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
         if name in self.ctx.facts.defs and (isinstance(func, cst.Name) or (
                 isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"))):  # type: ignore[union-attr]
+            return
+        if self.ctx.qualified(func) in TAGGING_CALLS:
             return
         reads = (name in _READ_ONLY_BUILTINS or name[:1].isupper() or returns_tensor(self.ctx.qualified(func))
                  or (isinstance(func, cst.Attribute) and (name.endswith("_") or name in TENSOR_METHODS

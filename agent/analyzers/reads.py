@@ -24,15 +24,16 @@ is `o.f`; and an assignment binds after its right-hand side is read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
 from .context import ModuleContext, kwarg, method_name, shorten, string_key
 from .facts import returns_tensor
 from .findings import AnalyzerConfig
-from .flow import ACCUMULATES, FlowVisitor, entry_style
+from .factories import classify
+from .flow import ACCUMULATES, TAGGING_CALLS, Alloc, FlowVisitor, entry_style
 from .refs import VIEW_METHODS, Ref, resolve
 
 # Methods that look at a tensor's metadata, make a view of it or allocate from its options: not reads.
@@ -48,6 +49,18 @@ _NOT_READ_CALLS = frozenset({
 _READING_BUILTINS = frozenset({"int", "float", "bool", "str", "repr", "print", "max", "min", "sum", "abs", "round",
                                "list", "tuple", "sorted", "any", "all", "format", "iter", "next", "hash"})
 _VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+# Calls whose result holds (some of) their data arguments' elements, or is a view of them: reading the
+# result reads the buffer. The copy itself stays a read site too (nothing after it runs if it does not).
+_COPY_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",
+                             "torch.vstack", "torch.clone", "torch.roll", "torch.flip", "torch.fliplr", "torch.flipud",
+                             "torch.rot90", "torch.gather", "torch.index_select", "torch.take",
+                             "torch.take_along_dim", "torch.permute", "torch.permute_copy", "torch.transpose",
+                             "torch.movedim", "torch.repeat_interleave", "torch.tile", "torch.nn.functional.pad",
+                             "torch.where"})
+_COPY_METHODS = frozenset({"clone", "to", "cuda", "cpu", "float", "half", "bfloat16", "int", "long", "double",
+                           "bool", "roll", "flip", "fliplr", "flipud", "rot90", "gather", "index_select", "take",
+                           "repeat", "tile", "repeat_interleave", "permute", "transpose", "t", "movedim", "swapaxes",
+                           "expand", "expand_as", "select", "unfold", "as_strided"})
 
 
 @dataclass(frozen=True)
@@ -74,24 +87,68 @@ def read_sites(source: str, lines: Iterable[int], path: str = "<string>") -> dic
     cst.visit_batched(ctx.module, [visitor])
     visitor.buffer_facts()  # closes the module scope: fields set after a snapshot join it
     aliases = visitor.read_aliases()
-    memo: dict[Ref, frozenset[Ref]] = {}
-
-    def ids(ref: Ref) -> frozenset[Ref]:
-        if ref not in memo:
-            memo[ref] = resolve(ref, aliases)
-        return memo[ref]
-
+    resolvers: dict[str | None, Callable[[Ref], frozenset[Ref]]] = {}
+    live = [c for c in visitor.candidates if not _dominated(c, visitor.full_writes)]
     out: dict[int, list[ReadSite]] = {}
-    for alloc in visitor.allocs:
+    for alloc in [*visitor.allocs, *visitor.copied_allocs]:
         span = ctx.positions[alloc.call]
         hit = wanted.intersection(range(span.start.line, span.end.line + 1))
         if not hit or alloc.ref is None:
             continue
-        buffer = ids(alloc.ref)
-        sites = {c.site for c in visitor.candidates if _reaches(ids(c.ref), buffer, c.strict)}
+        home = visitor.class_at(span.start.line)
+        if home not in resolvers:
+            resolvers[home] = _resolver(aliases, visitor.related(home))
+        sites = _sites(resolvers[home], alloc.ref, live, visitor.copies)
         for line in hit:
             out[line] = sorted(set(out.get(line, ())) | sites, key=lambda s: (s.line, s.col, s.how))
     return out
+
+
+def _resolver(aliases: dict[Ref, list[Ref]], tags: frozenset[str]) -> Callable[[Ref], frozenset[Ref]]:
+    """Storage names as seen from an allocation in a class: `self` of that class, of its ancestors and
+    descendants (one object may be all of them) is one `self`; another class's stays its own."""
+    def norm(ref: Ref) -> Ref:
+        return ("self", *ref[2:]) if len(ref) > 1 and ref[0] == "self" and ref[1] in tags else ref
+
+    edges: dict[Ref, list[Ref]] = {}
+    for key, values in aliases.items():
+        edges.setdefault(norm(key), []).extend(norm(v) for v in values)
+    memo: dict[Ref, frozenset[Ref]] = {}
+
+    def ids(ref: Ref) -> frozenset[Ref]:
+        if ref not in memo:
+            memo[ref] = resolve(norm(ref), edges)
+        return memo[ref]
+    return ids
+
+
+def _sites(ids: Callable[[Ref], frozenset[Ref]], buffer: Ref, candidates: list[_Candidate],
+           copies: list[tuple[Ref, Ref, str]]) -> set[ReadSite]:
+    """The candidates that read the buffer, or a copy of it (`y = torch.cat([buf, x])`: a read of `y`
+    reads what came from `buf`), copies of copies included."""
+    reached: list[tuple[frozenset[Ref], str | None]] = [(ids(buffer), None)]
+    pending = list(copies)
+    while True:
+        new = [(t, note) for t, s, note in pending if any(_reaches(ids(s), r, False) for r, _ in reached)]
+        if not new:
+            break
+        reached += [(ids(t), note) for t, note in new]
+        pending = [c for c in pending if (c[0], c[2]) not in new]
+    sites: set[ReadSite] = set()
+    for c in candidates:
+        read = ids(c.ref)
+        for target, note in reached:
+            if _reaches(read, target, c.strict and note is None):
+                sites.add(c.site if note is None else replace(c.site, how=f"{c.site.how} (a copy of it, {note})"))
+                break
+    return sites
+
+
+def _dominated(c: _Candidate, writes: list[tuple[Ref, tuple[int, ...], tuple[int, int]]]) -> bool:
+    """A write of every element of the same storage runs before the read on every path to it: a
+    statement of its own, earlier in a block that encloses the read (straight-line, in the function)."""
+    return any(c.blocks[: len(blocks)] == blocks and c.at > end and c.ref[: len(ref)] == ref
+               and all(el == "[*]" for el in c.ref[len(ref):]) for ref, blocks, end in writes)
 
 
 def _reaches(read_ids: frozenset[Ref], buffer_ids: frozenset[Ref], strict: bool) -> bool:
@@ -108,6 +165,8 @@ class _Candidate:
     ref: Ref
     strict: bool
     site: ReadSite
+    blocks: tuple[int, ...] = ()   # the enclosing blocks (ids), outermost first
+    at: tuple[int, int] = (0, 0)   # line, column
 
 
 class _ReadVisitor(FlowVisitor):
@@ -125,6 +184,103 @@ class _ReadVisitor(FlowVisitor):
         self._binding_args = False
         self._branches: list[tuple[tuple[dict, dict], list[tuple[dict, dict]]]] = []  # per If: base, branch ends
         self._phis = 0
+        self._classes: list[str] = []
+        self.bases: dict[str, list[str]] = {}
+        self.class_spans: list[tuple[int, int, str]] = []
+        self._lines: list[cst.SimpleStatementLine] = []
+        self.full_writes: list[tuple[Ref, tuple[int, ...], tuple[int, int]]] = []  # ref, blocks, statement end
+        self.copies: list[tuple[Ref, Ref, str]] = []   # (the copy, its source, how it was made)
+        self.copied_allocs: list[Alloc] = []            # allocations made straight into a copy
+
+    # classes: `self` is the object of the class the method belongs to --------------------------------
+    def root_of(self, name: cst.Name) -> Ref:
+        if name.value in ("self", "cls") and self._classes:
+            return ("self", f"<{self._classes[-1]}>")
+        return super().root_of(name)
+
+    def class_at(self, line: int) -> str | None:
+        inside = [(start, name) for start, end, name in self.class_spans if start <= line <= end]
+        return max(inside)[1] if inside else None
+
+    def related(self, home: str | None) -> frozenset[str]:
+        """Tags of the classes whose `self` may be the same object as `home`'s: itself, its ancestors,
+        its descendants and their ancestors (classes of this module)."""
+        if home is None:
+            return frozenset()
+
+        def up(cls: str) -> set[str]:
+            out, todo = set(), [cls]
+            while todo:
+                for base in self.bases.get(todo.pop(), ()):
+                    if base not in out:
+                        out.add(base)
+                        todo.append(base)
+            return out
+
+        down = {c for c in self.bases if home in up(c)} | {home}
+        related = set(down) | up(home)
+        for c in down:
+            related |= up(c)
+        return frozenset(f"<{c}>" for c in related)
+
+    # writes that dominate reads, and copies ---------------------------------------------------------------
+    def _record(self, kind: str, node: cst.CSTNode, target: cst.BaseExpression, ref: Ref | None,
+                skips: list[str], full: bool = False) -> None:
+        super()._record(kind, node, target, ref, skips, full)
+        if kind == "write" and full and ref is not None and self._lines and _whole_statement(self._lines[-1], node):
+            end = self.ctx.positions[self._lines[-1]].end
+            self.full_writes.append((ref, tuple(self._blocks), (end.line, end.column + 1)))
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self._blocks.append(id(node))  # `if c: buf.copy_(x)`: the write is conditional
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self._blocks.pop()
+
+    def _factory(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The allocating call `expr` is (conversions aside), or None."""
+        inner = _stripped(expr)
+        return inner if isinstance(inner, cst.Call) and classify(inner, self.ctx) is not None else None
+
+    def _copy_sources(self, value: cst.BaseExpression) -> tuple[list[Ref], list[cst.Call], str | None]:
+        """What `value` copies: the storage names of its data arguments, the allocations made inside it,
+        and how (None when it is no copy)."""
+        data: list[cst.BaseExpression] = []
+        how = None
+        if isinstance(value, cst.Call):
+            if self._factory(value) is not None:
+                return [], [], None  # an allocation (with conversions), not a copy
+            qual = self.ctx.qualified(value.func) or ""
+            method = method_name(value)
+            positional = [a.value for a in value.args if a.keyword is None and not a.star]
+            if qual in _COPY_FUNCTIONS:
+                how = qual
+                data = positional[1:3] if qual == "torch.where" else positional[:1]
+                data += [a.value for a in value.args if a.keyword is not None and a.keyword.value in
+                         ("input", "tensors", "self", "other")]
+            elif method in _COPY_METHODS:
+                how = f".{method}()"
+                data = [value.func.value]  # type: ignore[attr-defined]
+        elif isinstance(value, cst.Subscript) and any(
+                isinstance(el.slice, cst.Index) and self.likely_tensor(el.slice.value) for el in value.slice):
+            how, data = "indexing with a tensor", [value.value]
+        if how is None:
+            return [], [], None
+        refs: list[Ref] = []
+        allocs: list[cst.Call] = []
+        for expr in data:
+            for item in expr.elements if isinstance(expr, (cst.List, cst.Tuple)) else [expr]:
+                item = item.value if isinstance(item, cst.BaseElement) else item
+                if (call := self._factory(item)) is not None:
+                    allocs.append(call)
+                    continue
+                inner_refs, inner_allocs, inner = self._copy_sources(item)
+                if inner is not None:
+                    refs += inner_refs
+                    allocs += inner_allocs
+                elif (ref := self.target(item)[0]) is not None:
+                    refs.append(ref)
+        return refs, allocs, f"made by {how} at line {self.ctx.start(value)[0]}"
 
     # names: getattr(obj, "field", default) is obj.field -----------------------------------------
     def path(self, expr: cst.BaseExpression) -> Ref | None:
@@ -241,10 +397,15 @@ class _ReadVisitor(FlowVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         super().visit_ClassDef(node)
         self._qualname.append(node.name.value)
+        self._classes.append(node.name.value)
+        self.bases[node.name.value] = [b for b in (_last_name(a.value) for a in node.bases) if b]
+        span = self.ctx.positions[node]
+        self.class_spans.append((span.start.line, span.end.line, node.name.value))
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         super().leave_ClassDef(original_node)
         self._qualname.pop()
+        self._classes.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -279,9 +440,11 @@ class _ReadVisitor(FlowVisitor):
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._statements.append(self.ctx.start(node)[0])
+        self._lines.append(node)
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         self._statements.pop()
+        self._lines.pop()
 
     def visit_While(self, node: cst.While) -> None:
         super().visit_While(node)
@@ -305,7 +468,18 @@ class _ReadVisitor(FlowVisitor):
         self._assigned(node.value)  # binding waits for leave_Assign: Python evaluates the right side first
 
     def leave_Assign(self, original_node: cst.Assign) -> None:
+        refs, allocs, how = self._copy_sources(original_node.value)  # named as the right-hand side sees them
         super().visit_Assign(original_node)
+        if how is None or len(original_node.targets) != 1:
+            return
+        target = original_node.targets[0].target
+        ref = self.path(target)
+        if ref is None:
+            return
+        self.copies += [(ref, source, how) for source in refs]
+        text = self.ctx.render(target)
+        self.copied_allocs += [Alloc(call, factory, text, ref, self.function) for call in allocs
+                               if (factory := classify(call, self.ctx)) is not None]
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -395,7 +569,7 @@ class _ReadVisitor(FlowVisitor):
         func = call.func
         qual = self.ctx.qualified(func) or ""
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        if qual in _NOT_READ_CALLS or entry_style(call, self.ctx) is not None:
+        if qual in _NOT_READ_CALLS or qual in TAGGING_CALLS or entry_style(call, self.ctx) is not None:
             return None
         if name in self.ctx.facts.defs and (isinstance(func, cst.Name) or (
                 isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"))):  # type: ignore[union-attr]
@@ -421,10 +595,34 @@ class _ReadVisitor(FlowVisitor):
         guard = " and ".join(_condition(g, joined=len(guards) > 1) for g in guards) or None
         site = ReadSite(line=line, function=".".join(self._qualname) if self.functions else None, how=how,
                         guard=guard, col=col, statement=self._statements[-1] if self._statements else line)
-        self.candidates.append(_Candidate(ref, strict, site))
+        self.candidates.append(_Candidate(ref, strict, site, tuple(self._blocks), (line, col)))
 
     def _op(self, operator: cst.CSTNode) -> str:
         return self.ctx.module.code_for_node(operator).strip()
+
+
+def _whole_statement(line: cst.SimpleStatementLine, node: cst.CSTNode) -> bool:
+    """`node` is what one of the line's statements does (not a part that may not run: `a and b.copy_(x)`)."""
+    for small in line.body:
+        if isinstance(small, cst.Expr) and small.value is node:
+            return True
+        if isinstance(small, cst.Assign) and (small.value is node or any(t.target is node for t in small.targets)):
+            return True
+        if isinstance(small, cst.AnnAssign) and (small.value is node or small.target is node):
+            return True
+    return False
+
+
+def _stripped(call: cst.BaseExpression) -> cst.BaseExpression:
+    """`torch.empty(n).to(dev)` -> `torch.empty(n)`."""
+    while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+            "to", "cuda", "int", "long", "float", "half", "bfloat16", "bool", "double", "contiguous", "pin_memory"):
+        call = call.func.value
+    return call
+
+
+def _last_name(expr: cst.BaseExpression) -> str | None:
+    return expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else None
 
 
 def _leaves(block: cst.BaseSuite) -> bool:

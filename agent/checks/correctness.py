@@ -25,6 +25,9 @@ TAIL_CHARS = 4000
 _SUMMARY = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - |\s*$)", re.M)
 _VERBOSE = re.compile(r"^(\S+::\S+) (?:FAILED|ERROR)\b", re.M)
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+ \([\w.]+\))", re.M)
+# an exception's line as a traceback or pytest (`E   `) ends it, and pytest's header of a collection error
+_EXCEPTION = re.compile(r"^(?:E\s+)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception): .*\S)\s*$")
+_COLLECTING = re.compile(r"ERROR collecting (\S+)")
 # CUBLAS_WORKSPACE_CONFIG: deterministic cuBLAS, else deterministic mode warns on every matmul.
 POISON_ENV = {"PERFAGENT_POISON": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
@@ -61,11 +64,29 @@ def failing_tests(output: str) -> list[str]:
     return list(dict.fromkeys(i for i in ids if not i.endswith(":")))
 
 
+def first_error(output: str) -> str | None:
+    """The first line of `output` that says why it failed: an exception's line (pytest's `E   ...`
+    too), with the file pytest was collecting when it came; read from the whole output, since the
+    summary at its end ("2 errors in 0.36s") names no cause, and the tail kept may not hold it."""
+    collecting = None
+    for line in output.splitlines():
+        found = _COLLECTING.search(line)
+        if found:
+            collecting = found.group(1)
+            continue
+        found = _EXCEPTION.match(line)
+        if found:
+            where = f" (collecting {collecting})" if collecting else ""
+            return found.group(1)[:300] + where
+    return None
+
+
 def to_run(name: str, res: CommandResult) -> CommandRun:
     return CommandRun(name=name, command=res.command, exit_code=res.exit_code, passed=res.ok,
                       timed_out=res.timed_out, duration_s=round(res.duration_s, 3),
                       output_tail=tail(res.output, TAIL_CHARS),
-                      failing_tests=[] if res.ok else failing_tests(res.output), escaped=res.escaped)
+                      failing_tests=[] if res.ok else failing_tests(res.output), escaped=res.escaped,
+                      first_error=None if res.ok else first_error(res.output))
 
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,

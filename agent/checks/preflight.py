@@ -83,7 +83,8 @@ def broken(runs: BaseRuns, root: Path, env: dict[str, str]) -> str | None:
 
 def failure(run: CommandRun, root: Path, env: dict[str, str]) -> str:
     """One line on a failed command: its exit named for what it is, the paths it names that the
-    sandbox (started in `root` with `env`) hides and how to show them, else the last line it printed."""
+    sandbox (started in `root` with `env`) hides and how to show them, else the first error it printed
+    (agent.checks.correctness.first_error) and its last line."""
     if run.timed_out:
         return f"`{run.command}` timed out after {run.duration_s:g}s"
     meaning = {126: "found but not executable", 127: "command not found"}.get(run.exit_code)
@@ -94,6 +95,8 @@ def failure(run: CommandRun, root: Path, env: dict[str, str]) -> str:
                 f"folders, the checkout and the task's Python): make it the task's `[setup] python`, or list "
                 f"its folder in the task's `read`")
     last = first_line(tail(run.output_tail.strip(), 300).splitlines()[-1]) if run.output_tail.strip() else ""
+    if run.first_error and run.first_error != last:  # the cause first: a summary ("2 errors") names none
+        return f"{said}: {run.first_error}" + (f" (last line: {last})" if last else "")
     return said + (f": {last}" if last else "")
 
 
@@ -114,7 +117,7 @@ def base_key(task: Task, commit: str, interpreter: Interpreter) -> str:
     python = os.path.realpath(interpreter.python)
     doc = {"task": hashlib.sha256(task.file.read_bytes()).hexdigest(), "commit": commit, "python": python,
            "stamp": os.stat(python).st_mtime_ns if os.path.exists(python) else 0, "sandbox": isolation().mode,
-           "venv": str(interpreter.venv or "")}
+           "venv": str(interpreter.venv or ""), "bin": str(interpreter.bin_dir or "")}  # a venv named by its python
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 
 

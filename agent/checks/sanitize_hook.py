@@ -39,13 +39,20 @@ _OVERWRITE = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "rando
 # ... or just the elements an index selects (marked by running the same indexing on the mask).
 _PARTIAL = frozenset({"index_put_", "_index_put_impl_", "index_copy_", "index_fill_", "masked_fill_",
                       "masked_scatter_", "scatter_", "put_"})
-# Ops that copy their data arguments (_DATA) without using the values: as in MSan, the copy inherits
-# which elements are unwritten, and only a later use of them is a read. Their index arguments are used.
-_MOVES = {n: n for n in ("clone", "_to_copy", "index", "index_select", "gather", "cat", "stack", "where",
-                         "constant_pad_nd", "copy_", "index_put_", "index_copy_", "scatter_", "masked_scatter_")}
-_MOVES["_index_put_impl_"] = "index_put_"
-_INPLACE_MOVES = frozenset({"copy_", "index_put_", "index_copy_", "scatter_", "masked_scatter_"})
+# Ops that copy or permute their data arguments (_DATA) without using the values: as in MSan, the copy
+# inherits which elements are unwritten, and only a later use of them is a read. Their index arguments
+# are used. The same op run on the masks (data arguments replaced by their masks, written scalars by
+# True) says which elements of the output are unwritten: aten's own semantics, `None` in `index`'s
+# indices included (a whole dimension, where a Python subscript would read a new axis).
+_MOVES = frozenset({"clone", "_to_copy", "index", "_unsafe_index", "index_select", "gather", "take",
+                    "take_along_dim", "cat", "stack", "where", "constant_pad_nd", "roll", "flip", "rot90", "repeat",
+                    "permute_copy", "transpose_copy", "t_copy", "expand_copy", "view_copy", "unsqueeze_copy",
+                    "squeeze_copy", "select_copy", "slice_copy", "diagonal_copy", "narrow_copy", "unfold_copy",
+                    "alias_copy", "as_strided_copy", "copy_", "index_put_", "_index_put_impl_", "index_copy_",
+                    "scatter_", "masked_scatter_"})
+_INPLACE_MOVES = frozenset({"copy_", "index_put_", "_index_put_impl_", "index_copy_", "scatter_", "masked_scatter_"})
 _DATA = frozenset({"self", "src", "source", "values", "tensors", "other"})
+_WRITTEN_SCALARS = _DATA | {"value"}  # a scalar an op writes (`where`'s other, a pad or scatter value)
 _CANARY = "<canary>"
 
 
@@ -206,7 +213,7 @@ class _Sanitizer:
         custom = func.namespace not in ("aten", "prims")
         accumulate = kwargs.get("accumulate") or (name in ("index_put_", "_index_put_impl_", "put_")
                                                   and len(args) > 3 and args[3] is True)
-        move = None if custom or accumulate else _MOVES.get(name)
+        move = None if custom or accumulate or name not in _MOVES else name
         overwrites = name in _OVERWRITE or (name in _PARTIAL and not accumulate)
         arguments = list(self._arguments(func, args, kwargs))
         for arg, value in arguments:
@@ -217,7 +224,11 @@ class _Sanitizer:
                     self.check_read(t, str(func), arg)
         result = func(*args, **kwargs)
         if move is not None:
-            self.propagate(move, dict(arguments), result)
+            if not self.propagate(func, dict(arguments), result):  # a form the masks cannot follow: a use
+                for arg, value in arguments:
+                    if arg in _DATA and not (arg == "self" and move in _INPLACE_MOVES):
+                        for t in _tensors(value, self.torch):
+                            self.check_read(t, str(func), arg)
             return result
         for arg, value in arguments:
             if arg in written or custom:
@@ -243,52 +254,62 @@ class _Sanitizer:
         for item in kwargs.items():
             yield item
 
-    def propagate(self, move, a, result):
+    def propagate(self, func, a, result):
         """A copying op: the same op on the masks says which elements of its output are unwritten
-        (in-place ones write their `self`'s mask; the others give `result` a shadow of its own)."""
+        (in-place ones write their `self`'s mask; the others give `result` a shadow of its own).
+        False when the masks cannot follow it: the caller then counts the data as read."""
         torch = self.torch
-        sources = [t for n in _DATA if n in a and not (n == "self" and move in _INPLACE_MOVES)
-                   for t in _tensors(a[n], torch)]
+        name = func._overloadpacket.__name__
+        inplace = name in _INPLACE_MOVES
+        sources = [t for n in _DATA if n in a and not (n == "self" and inplace) for t in _tensors(a[n], torch)]
         sites = [sh.site for sh in map(self.shadow, sources) if sh is not None]
-        inplace = move in _INPLACE_MOVES
         if not sites and not (inplace and self.shadow(a["self"]) is not None):
-            return  # nothing unwritten flows anywhere
-        m, cpu = self._mask_of, _cpu(torch)
-        old = lambda: m(a["self"]).clone()  # noqa: E731  (an indexed write keeps the other elements)
-        if move == "copy_":
-            mask = m(a["src"]).expand(a["self"].shape)
-        elif move == "index_put_":
-            mask = old().index_put_(tuple(None if i is None else cpu(i) for i in a["indices"]), m(a["values"]))
-        elif move == "index_copy_":
-            mask = old().index_copy_(a["dim"], cpu(a["index"]), m(a["source"]))
-        elif move == "scatter_":
-            mask = old().scatter_(a["dim"], cpu(a["index"]), m(a["src"]) if "src" in a else True)
-        elif move == "masked_scatter_":
-            mask = old().masked_scatter_(cpu(a["mask"]), m(a["source"]))
-        elif move == "index":
-            mask = m(a["self"])[tuple(None if i is None else cpu(i) for i in a["indices"])]
-        elif move in ("index_select", "gather"):
-            mask = getattr(m(a["self"]), move)(a["dim"], cpu(a["index"]))
-        elif move in ("cat", "stack"):
-            mask = getattr(torch, move)([m(t) for t in a["tensors"]], a.get("dim", 0))
-        elif move == "where":
-            mask = torch.where(cpu(a["condition"]), m(a["self"]), m(a["other"]))
-        elif move == "constant_pad_nd":
-            mask = torch.nn.functional.pad(m(a["self"]), list(a["pad"]), value=True)
-        else:  # clone, _to_copy
-            mask = m(a["self"]).clone()
+            return True  # nothing unwritten flows anywhere
         target = a["self"] if inplace else result
-        if not isinstance(target, torch.Tensor) or mask.shape != target.shape:
-            return
+        if not isinstance(target, torch.Tensor):
+            return False
+        try:
+            mask = self._moved_mask(func, name, a)
+        except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError):
+            return False
+        if mask.shape != target.shape:
+            return False
         sh = self.shadow(target)
         if sh is None:
             if bool(mask.all()):
-                return
+                return True
             sh = self._new_shadow(target, sites[0], initialised=True)
         view = self._view(sh, target)
-        if view.shape != target.shape:
-            return
+        if view.shape != target.shape:  # a reinterpreted dtype: only a write of all of it is followed
+            if not bool(mask.all()):
+                return False
+            view.fill_(True)
+            return True
         view.copy_(mask)
+        return True
+
+    def _moved_mask(self, func, name, a):
+        """`func` run on the masks: data arguments by their masks, written scalars by True, other
+        tensors (indices, conditions) on the CPU; an `out=` form by its functional one."""
+        torch, m, cpu = self.torch, self._mask_of, _cpu(self.torch)
+        if name in ("clone", "_to_copy"):  # their options (dtype, device) are not the mask's
+            return m(a["self"]).clone()
+
+        def masked(arg, value):
+            if arg in _DATA and isinstance(value, torch.Tensor):
+                return m(value)
+            if arg in _DATA and isinstance(value, (list, tuple)):
+                return [m(t) if isinstance(t, torch.Tensor) else t for t in value]
+            if arg in _WRITTEN_SCALARS and isinstance(value, (bool, int, float, complex)):
+                return True
+            return [cpu(v) for v in value] if isinstance(value, (list, tuple)) else cpu(value)
+
+        mapped = {arg: masked(arg, value) for arg, value in a.items() if arg != "out"}
+        if name == "constant_pad_nd":
+            mapped["value"] = True  # the padding is written, whatever its default
+        if name in _INPLACE_MOVES:
+            mapped["self"] = mapped["self"].clone()  # the shadow itself is written by the caller
+        return func._overloadpacket(**mapped)
 
     def _mask_of(self, t):
         """Which elements of `t` hold written values, in `t`'s shape (all, for an untracked tensor)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.env.sandbox import HIDDEN_HOMES, PASSTHROUGH_ENV, isolation, run_command
-from agent.task import SetupSpec, Task, resolve_near
+from agent.task import SetupSpec, Task
 from agent.util.files import empty_folder
 
 READY = ".perfagent-ready"  # written last: a venv without it is a build that did not finish
@@ -84,8 +84,7 @@ def prepare(task: Task, *, log: Callable[[str], None] = lambda _: None, cache: P
 def _resolve_python(task: Task, setup: SetupSpec) -> str:
     name = setup.python or sys.executable
     if "/" in name:
-        found = resolve_near(task.file, name)
-        path = str(found) if found is not None else None
+        path = _near(task.file, name)
     else:
         path = shutil.which(name, path=path_without_own_venv())
     if path is None or not os.access(path, os.X_OK):
@@ -102,6 +101,17 @@ def _resolve_python(task: Task, setup: SetupSpec) -> str:
         raise InterpreterError(f"{task.file}: setup.python: {path} is Python {version[0]}.{version[1]}; "
                                f"3.9 or newer is needed")
     return os.path.abspath(path)
+
+
+def _near(file: Path, name: str) -> str | None:
+    """`name` as resolve_near finds it (beside the task file, then each folder above), with the links
+    of its folders resolved but not the program's own: a venv's `bin/python` is a link to the base
+    interpreter, and only started through that link does it find its `pyvenv.cfg`, so its packages."""
+    p = Path(name).expanduser()
+    for place in [p] if p.is_absolute() else [f / p for f in [file.parent, *file.parent.parents]]:
+        if place.exists():
+            return os.path.join(os.path.realpath(place.parent), place.name)
+    return None
 
 
 def path_without_own_venv() -> str:

@@ -8,6 +8,13 @@ separate process, memory not poisoned), then the checkout's code runs the test a
 this process (where the harness's instruments see it). A test that fails prints `FAILED <name> - <why>`; exit 1.
 perf: each test once, neither flag; prints {"metric": <metric>, "value": <the sum of their seconds>, "unit": "s"}.
 
+As GSO's harness runs them (in /testbed), both halves run from a repository root: the base's half from its
+archived tree, the checkout's from the checkout, so a test that reads the repository's files through the working
+folder reads the tree it grades. Their environments differ only in the harness's instruments (PERFAGENT_*) and in
+which tree is first on PYTHONPATH. What a test writes goes to a scratch folder: the result files (GSO's
+--file_prefix) are named there, and the checkout's half stands in a scratch folder that links every name of the
+checkout's root (scratch_root), so a file a test writes in its working folder never lands in the tree graded.
+
 Stdlib only, Python 3.9+: this runs in the task's interpreter.
 """
 
@@ -67,6 +74,29 @@ def base_tree(work, base):
     return tree
 
 
+def scratch_root(root, scratch):
+    """A folder in `scratch` that lists what `root` lists, each name a link to the checkout's own: a test standing
+    there reads the repository's files as from its root, and what it writes there stays in `scratch`, never in the
+    tree graded (nor in the runs beside it, which share the checkout). Folders are links: a file written inside
+    one lands in the checkout, as in GSO's /testbed."""
+    farm = os.path.join(scratch, "root")
+    if not os.path.isdir(farm):
+        os.makedirs(farm)
+        for name in os.listdir(root):
+            os.symlink(os.path.join(root, name), os.path.join(farm, name))
+    return farm
+
+
+def run_here(name, scratch, **flags):
+    """run_test standing in the checkout's root as seen from `scratch` (scratch_root), back where it was after."""
+    here = os.getcwd()
+    os.chdir(scratch_root(here, scratch))
+    try:
+        return run_test(name, **flags)
+    finally:
+        os.chdir(here)
+
+
 def last_line(text):
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "no output"
@@ -88,7 +118,8 @@ def check(base, scripts):
     failed = 0
     for i, name in enumerate(scripts):
         prefix = os.path.join(work, f"gso_{i}")
-        ref = subprocess.run([sys.executable, os.path.abspath(__file__), "reference", name, prefix], cwd=work,
+        # from the base's repository root, as the candidate's half runs from the checkout's
+        ref = subprocess.run([sys.executable, os.path.abspath(__file__), "reference", name, prefix], cwd=tree,
                              env=env, capture_output=True, text=True)
         if ref.returncode != 0:
             print(ref.stdout + ref.stderr)
@@ -96,7 +127,7 @@ def check(base, scripts):
             failed += 1
             continue
         try:
-            seconds = run_test(name, eqcheck=True, prefix=prefix)
+            seconds = run_here(name, work, eqcheck=True, prefix=prefix)
         except Exception as e:  # noqa: BLE001 - any failure of the test is the verdict
             traceback.print_exc()
             print(f"FAILED {name} - {type(e).__name__}: {e}")
@@ -109,7 +140,7 @@ def check(base, scripts):
 
 def perf(scripts, metric):
     work = tempfile.mkdtemp(prefix="gso-perf-")
-    total = sum(run_test(name, prefix=os.path.join(work, f"gso_{i}")) for i, name in enumerate(scripts))
+    total = sum(run_here(name, work, prefix=os.path.join(work, f"gso_{i}")) for i, name in enumerate(scripts))
     print(json.dumps({"metric": metric, "value": total, "unit": "s"}))
     return 0
 

@@ -2,8 +2,11 @@
 process (where the harness's instruments see them), on the test files their ids name. What differs per task is
 in swe_check.json beside this file (read at run time: the record's text is data here, never code).
 
-Every test in FAIL_TO_PASS and PASS_TO_PASS must pass (or xfail), except on the unchanged base (with only the
-task's setup applied: the test patch), where FAIL_TO_PASS tests fail by definition and only PASS_TO_PASS must.
+Every test in FAIL_TO_PASS must pass (or xfail), and every test in PASS_TO_PASS must pass, xfail or be skipped
+(SWE-bench's grading: a skipped PASS_TO_PASS test is no regression, a skipped FAIL_TO_PASS test no fix), except on
+the unchanged base (with only the task's setup applied: the test patch), where FAIL_TO_PASS tests fail by
+definition and only PASS_TO_PASS must. A test id cut off inside its parameters (more `[` than `]`, as hundreds of
+SWE-bench Verified's are) stands for the tests it begins, when they all agree, as SWE-bench resolves it.
 A required test that did not pass prints `FAILED <id> - <why>`; exit 1.
 
 Stdlib and pytest only, Python 3.9+: this runs in the task's interpreter.
@@ -54,6 +57,17 @@ class Outcomes:
             self.seen.setdefault(report.nodeid, "passed")
 
 
+def outcome(test, seen):
+    """What `test` did: its own id, or a cut-off parametrized id's tests when they agree; None: not run."""
+    if test in seen:
+        return seen[test]
+    if test.count("[") > test.count("]"):
+        matches = [k for k in seen if k.startswith(test)]
+        if matches and len({seen[k] == "passed" for k in matches}) == 1:
+            return seen[matches[0]]
+    return None
+
+
 def node_file(test_id):
     """The file a test id names, never read as a pytest option."""
     path = test_id.split("::")[0]
@@ -67,8 +81,10 @@ def main():
     files = list(dict.fromkeys(node_file(t) for t in fail_to_pass + pass_to_pass))
     outcomes = Outcomes()
     pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *files], plugins=[outcomes])
-    failed = [(t, outcomes.seen.get(t, "not run: no such test")) for t in required
-              if outcomes.seen.get(t) != "passed"]
+    kept = set(pass_to_pass)  # a skipped PASS_TO_PASS test is no regression
+    done = {t: outcome(t, outcomes.seen) for t in required}
+    failed = [(t, done[t] or "not run: no such test") for t in required
+              if not (done[t] == "passed" or (t in kept and done[t] == "skipped"))]
     for test, why in failed:
         print(f"FAILED {test} - {why}")
     if base:

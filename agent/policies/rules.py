@@ -2,7 +2,8 @@
 
 It reads the focus files, proposes the analyzers' zeros -> empty rewrites, and lets the
 checks decide. Evidence first: an edit whose buffer the sanitizer saw read before it was
-written, or whose read sites no test runs, is rejected by name; a batch that fails without
+written, whose read sites no test runs, or whose own line coverage saw no test run, is rejected by
+name from the check that found it (never checked again on its own); a batch that fails without
 naming its culprit is split until every rejected edit is isolated with the failure it caused.
 What survives is kept only if it is measurably faster. It reads the checks' structured
 evaluation (run_checks' tool result `data`), never their text, and leaves its decisions as
@@ -23,6 +24,7 @@ from agent.analyzers.findings import ZERO_INIT
 from agent.checks.evaluation import Evaluation
 from agent.checks.evidence import Evidence
 from agent.checks.render import blame, perf_line
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.util.globs import matches_any
 from agent.models.base import Reply, ToolCall, Usage
 from agent.results.report import EditDecision, PolicyRecord
@@ -80,6 +82,9 @@ class CheckAnswer:
     sanitized: bool = False  # the sanitizer watched the poisoned run
     evidence: str = "other"  # the check that failed first
     test: str = ""  # its failing test, when a test failed
+    # "path:line" of changed lines coverage recorded as never run by a test run that passed: an edit
+    # there can never be verified, so it is dropped at once, not checked again on its own.
+    unrun: frozenset[str] = frozenset()
 
 
 def read_checks(result: ToolOutput) -> CheckAnswer:
@@ -92,9 +97,20 @@ def read_checks(result: ToolOutput) -> CheckAnswer:
     evidence = Evidence.model_validate(data["evidence"]) if data.get("evidence") is not None else None
     perf = ev.perf
     first = _first_failure(ev)
-    return CheckAnswer(ev.verdict == "pass", first.reason, perf is not None and perf.verdict == "faster",
+    faster = perf is not None and perf.verdict == PerfVerdict.FASTER
+    return CheckAnswer(ev.verdict == Verdict.PASS, first.reason, faster,
                         perf_line(perf) if perf is not None else "", _blamed(evidence) if evidence else {},
-                        ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test)
+                        ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test,
+                        _unrun(ev))
+
+
+def _unrun(ev: Evaluation) -> frozenset[str]:
+    """The changed lines no test ran, where that is known: coverage measured on a plain run that passed
+    (one that stopped early leaves lines unrun that a whole run would reach)."""
+    c, cov = ev.correctness, ev.coverage
+    if c is None or not c.plain.passed or cov is None or not cov.measured:
+        return frozenset()
+    return frozenset(cov.uncovered)
 
 
 def _blamed(e: Evidence) -> dict[str, Caught]:
@@ -111,7 +127,8 @@ def _first_failure(ev: Evaluation) -> Caught:
     for run, evidence, mode in runs:
         if run is not None and not run.passed:
             test = run.failing_tests[0] if run.failing_tests else ""
-            return Caught(evidence, test or f"{mode} fail (exit {run.exit_code})", test)
+            why = f": {run.first_error}" if run.first_error else ""
+            return Caught(evidence, test or f"{mode} fail (exit {run.exit_code}{why})", test)
     return Caught(_failed_check(ev), ev.reasons[0] if ev.reasons else f"verdict: {ev.verdict}")
 
 
@@ -173,6 +190,17 @@ class RulesPolicy:
 
         decisions: list[Decision] = []
         state = dict(sources)  # what the workspace holds now, per file
+        lines: dict[str, frozenset[str]] = {}  # each edit's changed lines, worked out once a check names unrun ones
+
+        def caught(e: Finding, verdict: CheckAnswer) -> Caught | None:
+            """The evidence a check holds against one edit: a culprit it names, or a line of it no test ran."""
+            named = verdict.blamed.get(f"{e.path}:{e.line}")
+            if named is not None or not verdict.unrun:
+                return named
+            if not lines:  # a parse of each file (on a loaded machine, seconds): only when coverage needs it
+                lines.update(_changed_at(sources, candidates))
+            unrun = sorted(lines[e.key] & verdict.unrun)
+            return Caught("coverage", f"never executed: no test runs {', '.join(unrun)}") if unrun else None
 
         def apply(subset: list[Finding], perf: bool = False) -> Script:
             """One turn: write the files that change, then run the checks."""
@@ -203,14 +231,15 @@ class RulesPolicy:
                 if verdict.passed:
                     tally["settled"] += len(edits)
                     return edits
-            blamed = [e for e in edits if f"{e.path}:{e.line}" in verdict.blamed]
-            if blamed:  # the evidence names them: reject those, test the rest again
-                for e in blamed:
-                    why = verdict.blamed[f"{e.path}:{e.line}"]
-                    decisions.append(Decision(e, False, why.reason, why.evidence, why.test))
+            blamed = {e.key: why for e in edits if (why := caught(e, verdict)) is not None}
+            if blamed:  # the evidence names them (or never saw them run): reject those, test the rest again
+                for e in edits:
+                    if e.key in blamed:
+                        why = blamed[e.key]
+                        decisions.append(Decision(e, False, why.reason, why.evidence, why.test))
                 tally["failed"] += len(blamed)
                 tally["settled"] += len(blamed)
-                return (yield from search([e for e in edits if e not in blamed], kept))
+                return (yield from search([e for e in edits if e.key not in blamed], kept))
             if len(edits) == 1:
                 tally["failed"] += 1
                 tally["settled"] += 1
@@ -284,6 +313,24 @@ class RulesPolicy:
                     continue
                 lines[p] += [m.group(2) for m in map(_NUMBERED.match, r.content.splitlines()) if m]
         return {p: "\n".join(ls) + "\n" for p, ls in lines.items() if p not in failed}
+
+
+def _changed_at(sources: dict[str, str], findings: list[Finding]) -> dict[str, frozenset[str]]:
+    """Per edit (its key), the "path:line" of each line it changes: the lines all the rewrites change
+    (one parse per file; a rewrite keeps the line count), each given to the nearest edit at or above it."""
+    out: dict[str, set[str]] = {f.key: {f"{f.path}:{f.line}"} for f in findings}
+    for path, source in sources.items():
+        mine = sorted((f for f in findings if f.path == path), key=lambda f: f.line)
+        if not mine:
+            continue
+        old, new = source.splitlines(), apply_rewrites(source, mine).splitlines()
+        if len(old) != len(new):
+            continue
+        for n, (a, b) in enumerate(zip(old, new), 1):
+            owner = next((f for f in reversed(mine) if f.line <= n), None)
+            if a != b and owner is not None:
+                out[owner.key].add(f"{path}:{n}")
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def _last_results(messages: list[dict]) -> list[ToolOutput]:

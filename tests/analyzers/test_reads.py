@@ -39,10 +39,12 @@ def f(src, idx, kernel, other):
     like = torch.empty_like(buf)
     view = buf[:4]
     alias = buf
-    buf.copy_(src)
-    buf.fill_(0)
+    if other is None:  # writes on one path only
+        buf.copy_(src)
+        buf.fill_(0)
     buf[:2] = 1.0
-    torch.cumsum(src, 0, out=buf)
+    if other is None:
+        torch.cumsum(src, 0, out=buf)
     kernel(x=buf)  # read
     other.copy_(buf)  # read
     m = buf.max()  # read
@@ -215,8 +217,10 @@ def test_sglang_encoder_lens_is_read_on_the_encoder_decoder_path():
     alloc = next(i for i, line in enumerate(lines, 1) if '"encoder_lens_int32": torch.zeros(' in line)
     sites = read_sites(src, [alloc], str(SGLANG))[alloc]
     replay = [s for s in sites if s.function == "FlashAttentionBackend.init_forward_metadata_replay_cuda_graph"]
-    assert [(s.how, s.guard) for s in replay] == [("read by torch.cumsum (argument 1)", "encoder_lens is not None")]
-    assert "torch.cumsum(metadata.encoder_lens_int32" in lines[replay[0].line - 1]
+    # the replay's cumsum reads it only after `metadata.encoder_lens_int32.copy_(...)` wrote it whole
+    assert replay == []
+    write = next(i for i, line in enumerate(lines, 1) if "metadata.encoder_lens_int32.copy_(" in line)
+    assert "torch.cumsum(metadata.encoder_lens_int32" in lines[write + 1]
     decode = [s for s in sites if s.function == "FlashAttentionBackend.forward_decode"]
     assert [(s.how, s.guard) for s in decode] == [
         ("passed to flash_attn_with_kvcache (cache_seqlens=)", "not self.use_mla and layer.is_cross_attention")]
@@ -240,7 +244,131 @@ def test_sglang_cu_seqlens_k_buffers_reach_the_kernels():
                for s in result[verify])
     # the capture gathers (copies) the page tables: a read at capture time
     page = next(i for i, line in enumerate(lines, 1) if '"page_table_draft_decode": torch.zeros(' in line)
-    (gather,) = read_sites(src, [page], str(SGLANG))[page]
+    sites = read_sites(src, [page], str(SGLANG))[page]
+    (gather,) = [s for s in sites if "a copy of it" not in s.how]
+    # ... and the kernels read the gathered copy: those reads are the buffer's too
+    copied = {s.function for s in sites if "a copy of it, made by indexing with a tensor" in s.how}
+    assert copied == {"FlashAttentionBackend.forward_decode", "FlashAttentionBackend.forward_extend"}
     assert gather.function == "FlashAttentionBackend.init_forward_metadata_capture_cuda_graph"
     assert gather.how.startswith("indexed:")
     assert gather.guard == "forward_mode.is_decode_or_idle() and spec_info is not None and self.topk <= 1"
+
+
+def test_calls_that_only_tag_a_tensor_are_not_reads():
+    src = '''import torch
+from torch._dynamo import mark_dynamic
+
+
+class Cache:
+    def __init__(self, n, kernel):
+        self.buf = torch.zeros(n)  # alloc
+        torch._dynamo.mark_static_address(self.buf)
+        mark_dynamic(self.buf, 0)
+        kernel(self.buf)  # read
+'''
+    assert _lines(src) == _marked(src, "read")
+
+
+def test_reads_follow_a_copy_into_its_later_use():
+    """`torch.cat([buf, x])` copies the buffer's elements: the copy's reads read them. An allocation made
+    inside the copy (`torch.cat([torch.empty(1), x])`) is read wherever the copy is."""
+    src = '''import torch
+
+
+def f(n, x, kernel, idx):
+    buf = torch.zeros(4)  # alloc
+    joined = torch.cat([buf, x])  # read
+    rolled = joined.roll(1)  # read
+    rows = rolled[idx]  # read
+    other = torch.ones(3)
+    kernel(other)
+    kernel(rows)  # read
+    return rolled.sum()  # read
+'''
+    assert _lines(src) == _marked(src, "read")
+    hows = {s.line: s.how for s in _sites(src)}
+    assert hows[_marked(src, "read")[-1]] == "read by .sum() (a copy of it, made by .roll() at line 7)"
+    inline = '''import torch
+
+
+def f(x, kernel):
+    padded = torch.cat([torch.empty(1, dtype=x.dtype), x])  # alloc
+    kernel(x)
+    return kernel(cu_seqlens=padded)  # read
+'''
+    assert _lines(inline) == _marked(inline, "read")
+
+
+def test_a_write_of_every_element_before_the_reads_on_every_path_discharges_them():
+    src = '''import torch
+
+
+class Runner:
+    def __init__(self, n):
+        self.buf = torch.zeros(n)  # alloc
+
+    def step(self, x, flag, kernel):
+        self.buf.copy_(x)
+        if flag:
+            kernel(self.buf)
+        else:
+            self.buf.sum()
+
+    def partly(self, x, flag, kernel):
+        if flag:
+            self.buf.copy_(x)
+        kernel(self.buf)  # read
+        if flag: self.buf.fill_(0)
+        kernel(self.buf)  # read
+        flag and self.buf.fill_(0)
+        kernel(self.buf)  # read
+
+    def later(self, x, kernel):
+        kernel(self.buf)  # read
+        self.buf.copy_(x)
+        kernel(self.buf)
+
+    def looped(self, x, kernel):
+        for _ in range(3):
+            self.buf[:] = x
+        kernel(self.buf)  # read
+        self.buf[:2] = 0
+        kernel(self.buf)  # read
+'''
+    assert _lines(src) == _marked(src, "read")
+
+
+def test_an_attribute_of_another_class_is_not_the_buffer():
+    """`self.buf` in a class unrelated to the allocating one names another object's attribute; in a base
+    or a subclass it may be the same object's."""
+    src = '''import torch
+
+
+class Base:
+    def forward(self, kernel):
+        return kernel(self.buf)  # read
+
+
+class Static(Base):
+    def __init__(self, n):
+        self.buf = torch.zeros(n)  # alloc
+
+
+class Sub(Static):
+    def extra(self, kernel):
+        return kernel(self.buf)  # read
+
+
+class Dynamic(Base):
+    def __init__(self, n):
+        self.buf = torch.ones(n)
+
+    def update(self, kernel):
+        return kernel(self.buf)
+
+
+class Unrelated:
+    def run(self, kernel):
+        return kernel(self.buf)
+'''
+    assert _lines(src) == _marked(src, "read")

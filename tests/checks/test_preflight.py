@@ -90,3 +90,55 @@ def test_a_run_on_a_broken_task_ends_before_the_agent_starts(tmp_path, capsys):
     assert report["evaluation"]["verdict"] == "error"
     assert (tmp_path / "out" / "patches" / "r1" / "fixture" / "model_patch.diff").read_text() == ""
     assert not (tmp_path / "out" / "results" / "r1" / "fixture" / "trajectory.jsonl").exists()  # no turn taken
+
+
+@pytest.mark.slow
+def test_a_task_that_cannot_run_shows_the_error_that_explains_it(tmp_path, capsys):
+    """Two test files import a module the task's Python lacks: pytest ends on "2 errors in 0.36s", which
+    names no cause. The first error (the ModuleNotFoundError, and the file being collected) is what
+    the run says, in its output and in report.json, and it is kept as a fact of the base's run."""
+    from helpers import FIXTURE
+
+    missing = "import torch\nimport only_in_a_venv\n\n\ndef test_x():\n    assert only_in_a_venv\n"
+    files = {**FIXTURE, "tests/test_a.py": missing, "tests/test_b.py": missing}
+    make_task(tmp_path, poison=False, files=files)
+    code = main(["run", str(tmp_path / "task.toml"), "--model", "rules", "--out", str(tmp_path / "out"),
+                 "--run-id", "r1", "--json"])
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    why = "ModuleNotFoundError: No module named 'only_in_a_venv' (collecting tests/test_a.py)"
+    assert code == 1 and report["evaluation"]["verdict"] == "error", report
+    assert why in report["result"] and why in report["evaluation"]["error"], report["result"]
+    assert "2 errors in" in report["result"], "the last line is still told, after the cause"
+    assert report["result"].startswith("the task cannot be checked: its tests fail on the unchanged base")
+    saved = json.loads((tmp_path / "out" / "results" / "r1" / "fixture" / "report.json").read_text())
+    assert why in saved["evaluation"]["error"]
+
+    patch = tmp_path / "safe.diff"
+    patch.write_text(make_patch(tmp_path / "src", tmp_path, SAFE))
+    code = main(["check", str(tmp_path / "task.toml"), "--patch", str(patch), "--no-perf"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and err.startswith("error: the task cannot be checked") and why in err, err
+
+
+def test_the_first_error_is_the_cause_and_the_summary_follows_it(tmp_path):
+    """pytest's collection errors: the first exception line (pytest's `E   ` one), with the file it was
+    collecting; a traceback of a script: its exception line. A run with none keeps its last line only."""
+    from agent.checks.correctness import first_error
+    from agent.checks.evaluation import CommandRun
+    from agent.checks.preflight import failure
+
+    out = ("==== ERRORS ====\n____ ERROR collecting tests/test_a.py ____\nImportError while importing test module "
+           "'/w/tests/test_a.py'.\nTraceback:\n    import only_in_venv\nE   ModuleNotFoundError: No module named "
+           "'only_in_venv'\n____ ERROR collecting tests/test_b.py ____\nE   ModuleNotFoundError: No module named 'x'\n"
+           "ERROR tests/test_a.py\nERROR tests/test_b.py\n2 errors in 0.36s\n")
+    assert first_error(out) == "ModuleNotFoundError: No module named 'only_in_venv' (collecting tests/test_a.py)"
+    script = "Traceback (most recent call last):\n  File \"t.py\", line 1\n    raise ValueError('bad size: 3')\n" \
+             "ValueError: bad size: 3\n"
+    assert first_error(script) == "ValueError: bad size: 3"
+    assert first_error("1 failed in 0.1s\n") is None
+    run = CommandRun(name="plain", command="pytest", exit_code=2, passed=False, duration_s=0.4,
+                     output_tail=out, first_error=first_error(out))
+    said = failure(run, tmp_path, {})
+    assert said.startswith("`pytest` exit 2: ModuleNotFoundError: No module named 'only_in_venv'"), said
+    assert said.endswith("(last line: 2 errors in 0.36s)"), said

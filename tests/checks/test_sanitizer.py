@@ -3,6 +3,7 @@ assertion sees the garbage. Driven through real processes with our check hook, a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -397,3 +398,101 @@ def test_a_sanitizer_taken_off_the_stack_or_blinded_measured_nothing(tmp_path, a
     assert not ev.sanitizer.measured and ev.sanitizer.tampered and ev.sanitizer.reads == []
     assert ev.verdict == "unverified", ev.reasons
     assert any("dispatch stack" in r or "canary" in r for r in ev.reasons), ev.reasons
+
+
+# -- index forms and permutations: the shadow follows aten's semantics ------------------------------------
+SHADOWED = """\
+import torch
+
+def alloc(*shape):
+    return torch.empty(*shape)  # line 4: the tracked buffer
+"""
+# Every index form a subscript can take: x[FORM] (a read through aten.index, or a view) and x[FORM] = 1
+# (aten.index_put_); `idx`, `jdx` integer tensors, `rows`, `last`, `full` boolean ones.
+READ_FORMS = ["[:, :, idx]", "[:, idx]", "[..., idx]", "[idx]", "[idx, :, jdx]", "[:, idx, jdx]", "[None, idx]",
+              "[:, None, idx]", "[full]", "[:, rows]", "[..., last]", "[idx.view(3, 1)]", "[1, :, idx]",
+              "[1:, ..., idx]", "[:, 1:3]", "[..., None]", "[torch.tensor(1)]", "[[0, 1], :, [1, 2]]",
+              "[:, rows, idx[:2]]", "[idx, None, ..., jdx]"]
+WRITE_FORMS = ["[:, :, idx]", "[:, idx]", "[..., idx]", "[idx, :, jdx]", "[full]", "[:, rows]", "[None, idx]",
+               "[1, ..., last]"]
+# Ops that move elements without using them: the copy's shadow is the same op run on the source's.
+MOVED = ["x.roll(1, 0)", "torch.roll(x, (1, -1), (1, 2))", "x.roll(2)", "x.flip(2)", "x.fliplr()",
+         "torch.rot90(x, 1, (1, 2))", "x.permute(2, 0, 1).contiguous()", "torch.permute_copy(x, (1, 2, 0))",
+         "x.transpose(0, 2).clone()", "torch.gather(x, 2, gidx)", "torch.take(x, idx)", "x.repeat(1, 2, 1)",
+         "torch.take_along_dim(x, gidx, 2)", "x.index_select(2, jdx)"]
+SHADOW_SCRIPT = """\
+import json, os, torch, mod
+g = torch.Generator().manual_seed(7)
+written = torch.rand(3, 3, 4, generator=g) > 0.5
+idx, jdx = torch.tensor([2, 0, 2]), torch.tensor([1, 3, 0])
+gidx = torch.randint(0, 4, (3, 3, 5), generator=g)
+full, rows, last = torch.rand(3, 3, 4, generator=g) > 0.4, torch.tensor([True, False, True]), \\
+    torch.tensor([False, True, True, False])
+expected = []
+
+def read_each(name, y, unwritten):
+    # one read per element, each under a test name of its own: the rows spell out the whole shadow
+    assert y.shape == unwritten.shape, (name, y.shape, unwritten.shape)
+    flat = y.reshape(-1)
+    for i in range(flat.numel()):
+        os.environ["PERFAGENT_TEST"] = "%s#%d" % (name, i)
+        flat[i].sum()
+    expected.extend("%s#%d" % (name, i) for i in unwritten.reshape(-1).nonzero().flatten().tolist())
+
+for form in FORMS:
+    x = mod.alloc(3, 3, 4)
+    x.masked_fill_(written, 1.0)
+    read_each("read " + form, eval("x" + form), eval("(~written)" + form))
+for form in WRITES:
+    x = mod.alloc(3, 3, 4)
+    exec("x%s = 1.0" % form)
+    unwritten = torch.ones(3, 3, 4, dtype=torch.bool)
+    exec("unwritten%s = False" % form)
+    read_each("write " + form, x, unwritten)
+for op in MOVED:
+    x = mod.alloc(3, 3, 4)
+    x.masked_fill_(written, 1.0)
+    y = eval(op)
+    x = ~written
+    read_each("move " + op, y, eval(op))
+json.dump(expected, open("expected.json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_the_shadow_of_every_index_form_and_permutation_is_real_indexing_on_the_written_elements(tmp_path):
+    """x[:, :, idx] is aten.index(x, [None, None, idx]): `None` there is a whole dimension, which the old
+    hook rebuilt as a Python subscript (a new axis) and crashed on, or, where the shapes happened to fit,
+    gave the copy a wrong shadow. roll, flip and the other permutations counted as a use of every element.
+    Now each form's shadow, read element by element, is the real indexing of the written-elements mask."""
+    script = (f"FORMS, WRITES, MOVED = {READ_FORMS!r}, {WRITE_FORMS!r}, {MOVED!r}\n"
+              + textwrap.dedent(SHADOW_SCRIPT))
+    result = sanitize(tmp_path, SHADOWED, script)
+    assert result.measured and not result.elsewhere, result
+    expected = set(json.loads((tmp_path / "repo" / "expected.json").read_text()))
+    seen = {t for r in result.reads for t in r.tests}
+    assert {r.op for r in result.reads} == {"aten.sum.default"}, {r.op for r in result.reads}
+    for form in [f"read {f}" for f in READ_FORMS] + [f"write {f}" for f in WRITE_FORMS] + [f"move {m}" for m in MOVED]:
+        want = {t for t in expected if t.rsplit("#", 1)[0] == form}
+        got = {t for t in seen if t.rsplit("#", 1)[0] == form}
+        assert got == want, (form, sorted(got - want)[:5], sorted(want - got)[:5])
+    assert len(expected) > 300  # the forms do leave unwritten elements to find
+
+
+@pytest.mark.slow
+def test_a_buffer_rolled_then_overwritten_before_any_use_is_not_read(tmp_path):
+    """A recurrent-state cache's update: the state is rolled one step and the new column written. Rolling
+    moves elements, it uses none: only reading the rolled copy's unwritten elements is a read."""
+    result = sanitize(tmp_path, """\
+        import torch
+
+        def step(new):
+            state = torch.empty(2, 4)             # line 4: never written whole
+            rolled = state.roll(-1, -1)
+            rolled[:, -1] = new
+            fresh = torch.flip(torch.empty(2, 4), (1,))  # line 7: flipped, then overwritten
+            fresh.copy_(new.unsqueeze(1).expand(2, 4))
+            return rolled[:, -1].sum() + fresh.sum() + rolled[:, 0].sum()
+    """, "import torch, mod\nmod.step(torch.ones(2))\n")
+    (read,) = result.reads
+    assert read.buffer == "mod.py:4" and read.op == "aten.sum.default" and read.uninitialised == 2, read

@@ -101,6 +101,22 @@ def test_a_named_interpreter_is_what_python_means(tmp_path: Path) -> None:
     assert f"PREFIX {base}" in ev.correctness.plain.output_tail
 
 
+def test_a_relative_interpreter_path_keeps_the_venv_it_names(tmp_path: Path) -> None:
+    """`python = "tv/bin/python"` beside the task file: that venv's packages are what the tests import.
+    Its `bin/python` is a link to the base interpreter; followed, the venv (and its packages) is lost."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "tv")], check=True)
+    site = next((tmp_path / "tv").glob("lib/python3*/site-packages"))
+    (site / "only_in_venv.py").write_text("WHO = 7\n")
+    assert (tmp_path / "tv" / "bin" / "python").is_symlink()
+    task = load_task(write_task(tmp_path, 'python = "tv/bin/python"'))
+    interp = prepare(task)
+    assert interp.bin_dir == tmp_path / "tv" / "bin", interp
+    with Checker(task, tmp_path / "work") as checker:
+        ev = checker.evaluate(PATCH, perf=False)
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    assert str(tmp_path / "tv") in ev.correctness.plain.output_tail, "sys.prefix is the venv"
+
+
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="perfagent runs in no virtual environment here")
 def test_python3_by_name_is_never_perfagents_own_venv(tmp_path: Path, monkeypatch) -> None:
     """With perfagent's venv active (first on PATH), `python = "python3"` is the machine's python3, said so."""

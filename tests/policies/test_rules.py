@@ -148,6 +148,18 @@ def test_read_checks_blames_the_buffers_the_evidence_names():
     assert (unrun.evidence, unrun.test) == ("read site not run", "")
 
 
+def test_read_checks_knows_the_lines_no_test_ran_only_from_a_whole_run():
+    """Coverage's unrun lines drop edits at once, so they are trusted only from a plain run that passed:
+    one that stopped early leaves lines unrun that a whole run would reach."""
+    ok = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=1.0)
+    cov = CoverageResult(changed=["a.py:3", "a.py:9"], covered=["a.py:9"], uncovered=["a.py:3"])
+    v = read_checks(checks_result(Evaluation(verdict="unverified", correctness=Correctness(plain=ok), coverage=cov)))
+    assert v.unrun == {"a.py:3"}
+    stopped = ok.model_copy(update={"exit_code": 2, "passed": False, "first_error": "ImportError: no name 'x'"})
+    v = read_checks(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=stopped), coverage=cov)))
+    assert v.unrun == frozenset() and v.failure == "tests fail (exit 2: ImportError: no name 'x')"
+
+
 @pytest.mark.slow
 def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     make_repo(tmp_path / "src", {"mini/__init__.py": "", "mini/state.py": STATE, "tests/test_state.py": TESTS,
@@ -197,6 +209,46 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()
              if json.loads(x)["type"] == "tool_result"]
     assert tools[0] == "list_files" and tools[-1] == "submit" and "run_checks" in tools
+
+
+SPARE = '''import torch
+
+
+class Spare:
+    """Buffers of a mode no test (and no bench) ever enters."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def init_spare(self):
+        n = self.n
+        self.a = torch.zeros(n, 64)
+        self.b = torch.zeros(n, 64)
+        self.c = torch.zeros(n, dtype=torch.int64)
+        self.d = torch.zeros(n + 1)
+'''
+
+
+@pytest.mark.slow
+def test_rules_drops_at_once_the_edits_coverage_never_saw_run(tmp_path):
+    """Every edit sits in a function no test runs: the first check's coverage says so for each of them,
+    so all are rejected from that one check, none is checked again on its own (each check is a full
+    test run: on real code, minutes)."""
+    make_repo(tmp_path / "src", {"mini/__init__.py": "", "mini/state.py": SPARE,
+                                 "tests/test_state.py": "from mini.state import Spare\n\n\ndef test_make():\n"
+                                                        "    assert Spare(8).n == 8\n",
+                                 "bench.py": BENCH.replace("State", "Spare").replace("s.init_buffers()", "s.n")})
+    (tmp_path / "task.toml").write_text(TASK.replace('"Avoid', '"Spare: avoid'))
+    result = run_task(load_task(tmp_path / "task.toml"), "rules", out_dir=tmp_path / "out", run_id="r1",
+                      prices=load_prices(), lock_dir=tmp_path / "locks")
+    report = result.report.to_dict()
+    decisions = report["policy"]["decisions"]
+    assert len(decisions) == 4 and not any(d["kept"] for d in decisions), report["result"]
+    assert all(d["evidence"] == "coverage" and d["reason"].startswith("never executed: no test runs mini/state.py:")
+               for d in decisions), decisions
+    tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()
+             if json.loads(x)["type"] == "tool_result"]
+    assert tools.count("run_checks") == 1, tools
 
 
 def test_max_turns_given_binds_the_rules_policy_too(tmp_path, capsys):
