@@ -272,7 +272,9 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
 
 
 def _check_exit(verdict: str, strict: bool) -> int:
-    return 1 if verdict == "error" else EXIT_NOT_PASSED if strict and verdict != "pass" else 0
+    from agent.checks.verdicts import Verdict
+
+    return 1 if verdict == Verdict.ERROR else EXIT_NOT_PASSED if strict and verdict != Verdict.PASS else 0
 
 
 def _regrade(task: Task, path: Path, json_to: str | None, out: Console, strict: bool) -> int:
@@ -329,13 +331,14 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
 
 def _batch_run(args: argparse.Namespace) -> tuple[str, "Plan"]:
     """(run id, its plan so far: empty unless --resume)."""
+    from agent.results.layout import run_folder
     from agent.results.plan import Plan, read_plan
     from agent.run.names import check_run_id, new_run_id
 
     if args.resume and not args.run_id:
         raise UserError("--resume needs the --run-id of the batch to continue")
     run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id()
-    return run_id, read_plan(Path(args.out).resolve() / "results" / run_id) if args.resume else Plan()
+    return run_id, read_plan(run_folder(Path(args.out).resolve(), run_id)) if args.resume else Plan()
 
 
 def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", *, source: str | None,
@@ -345,7 +348,7 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
     beside the contestants unless --no-baseline; its summary tables; exit 1 if any job failed."""
     from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
     from agent.batch.subset import SubsetError, choose
-    from agent.results.layout import PREDICTIONS
+    from agent.results.layout import PREDICTIONS, run_folder
     from agent.results.predictions import PredictionsError, read_predictions
     from agent.results.tables import summary_tables
     from agent.run.entry import require_sandbox
@@ -354,7 +357,7 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
         raise UserError("name a task set: a task-set file or a directory of tasks")
     baseline = plan.baseline if args.resume else None if args.no_baseline else BASELINE
     models = list(dict.fromkeys([*models, *([baseline] if baseline and not args.resume else [])]))
-    run_dir = Path(args.out).resolve() / "results" / run_id
+    run_dir = run_folder(Path(args.out).resolve(), run_id)
     if predictions is None and plan.predictions:  # a resumed `check --predictions`: the patches it read then
         try:
             predictions = read_predictions([run_dir / PREDICTIONS])
@@ -401,6 +404,20 @@ def _subset(args: argparse.Namespace, plan: "Plan") -> "Subset | None":
     return asked if asked != Subset(seed=args.seed) else None
 
 
+def _iso_runs(folders: list[Path], task_set: str) -> "list[Prediction]":
+    """An ISO-Bench run folder given to --predictions: each item folder's patch, agent and model, and its claims,
+    named for the set's tasks (a shipped task answers for the ISO-Bench instance it covers)."""
+    from agent.iso_bench import read_run_folder
+
+    if not folders:
+        return []
+    try:
+        ids: set[str] | None = {t.id for t in load_task_set(task_set) if isinstance(t, Task)}
+    except (TaskError, OSError):
+        ids = None  # the set's own error is said where the batch loads it
+    return [p for folder in folders for p in read_run_folder(folder, ids)]
+
+
 def _check_predictions(args: argparse.Namespace, out: Console) -> int:
     """`check SET --predictions FILE...`: every prediction graded as a batch job, beside the baseline."""
     from agent.agents import PREDICTION
@@ -408,7 +425,8 @@ def _check_predictions(args: argparse.Namespace, out: Console) -> int:
 
     files = [str(Path(f).resolve()) for f in args.predictions]
     try:
-        predictions = read_predictions(files)
+        predictions = read_predictions([f for f in files if not Path(f).is_dir()])
+        predictions += _iso_runs([Path(f) for f in files if Path(f).is_dir()], args.task)
     except PredictionsError as e:
         raise UserError(str(e)) from None
     run_id, plan = _batch_run(args)
@@ -613,7 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the others written); 2: bad input (nothing written) or a record refused as "
                                     "unsafe (nothing of it written).")
     ti.add_argument("records", metavar="RECORDS.jsonl", help="one instance record per line")
-    ti.add_argument("--format", default=None, metavar="gso|swebench", help="the records' format: gso or swebench")
+    ti.add_argument("--format", default=None, metavar="gso|swebench|iso-bench",
+                    help="the records' format: gso or swebench (JSON lines), or iso-bench (an ISO-Bench task config, "
+                         "YAML: one task per commit pair)")
     ti.add_argument("--out", default="tasks/imported",
                     help="folder for the task files and the files beside them (default: tasks/imported)")
     ti.add_argument("--repos", default=None, metavar="DIR",
@@ -634,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "under this machine's key, else refused (exit 2)")
     what.add_argument("--predictions", action="append", metavar="FILE",
                       help="grade another harness's predictions (SWE-bench/GSO form: JSON lines or a list of "
-                           "instance_id, model_name_or_path, model_patch; or sb-cli's {instance_id: {...}}) "
+                           "instance_id, model_name_or_path, model_patch; or sb-cli's {instance_id: {...}}; or an "
+                           "ISO-Bench run folder, its agent's own claims and cost kept beside the evidence) "
                            "against the tasks of the set TASK names, as a batch; repeat for more samples")
     c.add_argument("--evidence", default=None, metavar="FILE",
                    help="also write what the checks found (the evidence the verdict was graded from) to FILE, "

@@ -27,7 +27,7 @@ from agent.results.record import JobRecord, figures_from_report
 from agent.results.report import Report
 from agent.results.tables import write_summary
 from agent.run.loop import Outcome
-from agent.run.runner import report_of
+from agent.run.graded import report_of
 from agent.util.files import write_json
 from agent.task import load_task
 

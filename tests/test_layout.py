@@ -10,6 +10,7 @@ Test modules share code through helpers.py and fixtures, never by importing each
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,3 +190,178 @@ def test_the_private_import_finder_finds_relative_and_absolute_ones(tmp_path):
     assert private_imports(pkg) == ["agent.cli imports agent.env._hidden",
                                     "agent.env.warm imports _x from agent.env.sandbox",
                                     "agent.env.warm imports _x from agent.env.sandbox"]
+
+
+def readme_modules(readme: Path) -> set[str]:
+    """The modules a folder's README names: the `name.py` that opens each list item."""
+    return set(re.findall(r"^- `(\w+\.py)`", readme.read_text(encoding="utf-8"), re.M))
+
+
+def unnamed_modules(top: Path) -> list[str]:
+    """Every module of a folder of `top` that its README.md does not name (`__init__.py` may go unnamed), and
+    every module a README names that is not in its folder: the layout a newcomer reads cannot drift from the code."""
+    found = []
+    for folder in sorted({p.parent for p in top.rglob("*.py")}):
+        rel, readme = folder.relative_to(top.parent), folder / "README.md"
+        if not readme.exists():
+            found.append(f"{rel}/README.md is missing")
+            continue
+        here, named = {p.name for p in folder.glob("*.py")}, readme_modules(readme)
+        found += [f"{rel}/README.md does not name {m}" for m in sorted(here - named - {"__init__.py"})]
+        found += [f"{rel}/README.md names {m}, which is not there" for m in sorted(named - here)]
+    return found
+
+
+def test_every_module_is_named_in_its_folders_readme():
+    found = unnamed_modules(ROOT / "agent")
+    assert found == [], "a line `- `module.py`: what it is for` per module:\n" + "\n".join(found)
+
+
+def test_the_readme_check_finds_a_missing_readme_an_unnamed_module_and_a_stale_name(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "run").mkdir(parents=True)
+    (pkg / "batch").mkdir()
+    for path in ("__init__.py", "cli.py", "run/__init__.py", "run/loop.py", "run/tools.py", "batch/driver.py"):
+        (pkg / path).write_text("")
+    (pkg / "README.md").write_text("- `cli.py`: the command\n")
+    (pkg / "run" / "README.md").write_text("- `loop.py`: the loop; tools.py is only mentioned here\n- `gone.py`: old\n")
+    assert unnamed_modules(pkg) == ["agent/batch/README.md is missing", "agent/run/README.md does not name tools.py",
+                                    "agent/run/README.md names gone.py, which is not there"]
+
+
+# -- the grading's vocabulary: names, never strings ------------------------------------------------------------
+VOCABULARY_HOME = {"agent/checks/verdicts.py", "agent/checks/grade.py"}  # the vocabulary, and the grading
+ABOUT_A_VERDICT = re.compile(r"verdict|outcome", re.IGNORECASE)
+
+
+def vocabulary() -> set[str]:
+    from agent.checks.verdicts import PerfVerdict, Verdict
+
+    return {v.value for v in Verdict} | {v.value for v in PerfVerdict}
+
+
+def _spelled(node: ast.AST | None, words: set[str]) -> list[str]:
+    """The vocabulary's words `node` spells as string constants (inside tuples, lists, conditionals...)."""
+    if node is None:
+        return []
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value in words]
+
+
+def verdict_literals(top: Path, home: set[str], words: set[str]) -> list[str]:
+    """Where a module outside `home` compares, assigns, passes (`verdict=`) or returns (from a function named
+    for a verdict or an outcome) a verdict as a string: "file:line: word"."""
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        rel = path.relative_to(top.parent).as_posix()
+        if rel in home:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            if ABOUT_A_VERDICT.search(fn.name):
+                found += [f"{rel}:{r.lineno}: {w}" for r in ast.walk(fn) if isinstance(r, ast.Return)
+                          for w in _spelled(r.value, words)]
+        for node in ast.walk(tree):
+            said: list[str] = []
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                for i, side in enumerate(sides):
+                    if any(ABOUT_A_VERDICT.search(ast.unparse(o)) for j, o in enumerate(sides) if j != i):
+                        said += _spelled(side, words) if isinstance(side, (ast.Constant, ast.Tuple, ast.List,
+                                                                            ast.Set)) else []
+            elif isinstance(node, ast.keyword) and node.arg and ABOUT_A_VERDICT.search(node.arg):
+                said = _spelled(node.value, words)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(ABOUT_A_VERDICT.search(ast.unparse(t)) for t in targets):
+                    said = _spelled(node.value, words)
+            found += [f"{rel}:{getattr(node, 'lineno', '?')}: {w}" for w in said]
+    return sorted(set(found))
+
+
+def test_no_verdict_literal_outside_the_grading():
+    found = verdict_literals(ROOT / "agent", VOCABULARY_HOME, vocabulary())
+    assert found == [], "name it (agent.checks.verdicts: Verdict.PASS, PerfVerdict.FASTER):\n" + "\n".join(found)
+
+
+def test_the_verdict_literal_finder_finds_comparisons_assignments_keywords_and_returns(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "checks").mkdir(parents=True)
+    (pkg / "checks" / "grade.py").write_text('def grade(ev):\n    ev.verdict = "pass"\n')
+    (pkg / "m.py").write_text(
+        'def f(ev, e, r):\n'
+        '    if ev.verdict == "pass" or "inconclusive" in (ev.perf.verdict, None):\n'
+        '        return Evaluation(verdict="error")\n'
+        '    ok = run_outcome(r) != "fail"\n'
+        '    r.verdict, r.note = "no-change", "nothing"\n'
+        '    return e.get("type") == "error" or {"pass": 1}\n'  # another word's "error"; a dict: not a verdict here
+        '\n\ndef perf_verdict(ev):\n    return "faster" if ev else None\n')
+    assert verdict_literals(pkg, {"agent/checks/grade.py"}, vocabulary()) == [
+        "agent/m.py:10: faster", "agent/m.py:2: inconclusive", "agent/m.py:2: pass", "agent/m.py:3: error",
+        "agent/m.py:4: fail", "agent/m.py:5: no-change"]
+
+
+def _copied(value: ast.expr) -> bool:
+    return isinstance(value, ast.Attribute) and value.attr == "verdict"
+
+
+def verdict_writers(top: Path, home: set[str]) -> list[str]:
+    """`Evaluation(verdict=...)` outside `home`, save one that copies another evaluation's verdict: a verdict
+    is written by `grade`, or by `nothing_to_grade` for a run that leaves nothing to grade."""
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        rel = path.relative_to(top.parent).as_posix()
+        if rel in home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "Evaluation"
+                    and any(k.arg == "verdict" and not _copied(k.value) for k in node.keywords)):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_only_the_grading_writes_a_verdict():
+    found = verdict_writers(ROOT / "agent", VOCABULARY_HOME)
+    assert found == [], "grade(evidence, spec), or nothing_to_grade(Verdict.X, why):\n" + "\n".join(found)
+
+
+def test_the_verdict_writer_finder_finds_a_constructed_evaluation(tmp_path):
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "m.py").write_text("a = Evaluation(verdict=Verdict.ERROR, error='x')\n"
+                                             "b = checks.Evaluation(verdict=v)\nc = Evaluation(verdict=ev.verdict)\n")
+    assert verdict_writers(tmp_path / "agent", set()) == ["agent/m.py:1", "agent/m.py:2"]
+
+
+# -- where a run's files are: results/layout.py names them, nothing else spells "results" or "patches" ------------
+LAYOUT = "agent/results/layout.py"
+OUTPUT_TOPS = {"results", "patches"}
+
+
+def hand_built_paths(top: Path) -> list[str]:
+    """Each `x / "results"` or `"patches" / y` (any path joined with an output folder's name spelled out) in a
+    module of `top` other than the layout: a path the layout should have named."""
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        where = path.relative_to(top.parent).as_posix()
+        if where == LAYOUT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(
+                    isinstance(side, ast.Constant) and isinstance(side.value, str)
+                    and side.value.strip("/").partition("/")[0] in OUTPUT_TOPS for side in (node.left, node.right)):
+                found.append((where, node.lineno))
+    return [f"{where}:{line}" for where, line in sorted(found)]
+
+
+def test_the_hand_built_path_finder_finds_either_side_and_spares_the_layout(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "results").mkdir(parents=True)
+    (pkg / "results" / "layout.py").write_text('def f(out):\n    return out / "results"\n')
+    (pkg / "m.py").write_text('a = out / "results" / run_id\nb = "patches/r" / key\nc = out / "result"\n'
+                              'help = "results/<run-id>"\n')
+    assert hand_built_paths(pkg) == ["agent/m.py:1", "agent/m.py:2"]
+
+
+def test_result_paths_come_only_from_the_layout():
+    found = hand_built_paths(ROOT / "agent")
+    assert found == [], "name these through agent/results/layout.py (run_folder, job_paths):\n" + "\n".join(found)

@@ -7,7 +7,6 @@ is read leniently and never trusted for cost or correctness.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -20,7 +19,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agent.agents.errors import AgentError
-from agent.agents.relay import BRIDGE_PORT, PLACEHOLDER_KEY, Provider
+from agent.agents.relay import BRIDGE_PORT, PLACEHOLDER_KEY
+from agent.agents.wire import Provider, json_objects
 
 VERSION_TIMEOUT_S = 60
 
@@ -151,18 +151,7 @@ def _plain_env() -> dict[str, str]:
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     """The lines of `text` that are JSON objects, in order (an agent's JSONL output; other lines skipped)."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
+    return json_objects(line for line in map(str.strip, text.splitlines()) if line.startswith("{"))
 
 
 def last_json_line(text: str, want: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.agents.base import AgentResult, ExternalAgent, Session, json_lines
-from agent.agents.relay import Provider
+from agent.agents.wire import Provider
 
 PROVIDER_ID = "perfagent"
 # What each setting prevents, tried on codex 0.169 (`--strict-config` accepts them all):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.agents.base import AgentResult, ExternalAgent, Session
-from agent.agents.relay import Provider
+from agent.agents.wire import Provider
 from agent.models.base import DEFAULT_ANTHROPIC_MODEL
 
 CONFIG = "mini_textbased.yaml"

@@ -30,7 +30,7 @@ from agent.batch.plan import extended
 from agent.batch.progress import BatchProgress
 from agent.env.workspace import checked_bases
 from agent.options import RunOptions
-from agent.results.layout import PLAN, PREDICTIONS, job_key, job_paths, model_slug
+from agent.results.layout import PLAN, PREDICTIONS, job_key, job_paths, model_slug, run_folder
 from agent.results.ledger import Ledger
 from agent.results.load import summarize_run
 from agent.results.plan import PlannedJob, Subset, read_plan
@@ -203,7 +203,7 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
     except BadName as e:
         raise BatchError(str(e)) from None
     out_dir = Path(cfg.out_dir).resolve()
-    run_dir = out_dir / "results" / cfg.run_id
+    run_dir = run_folder(out_dir, cfg.run_id)
     ours = [m for m in models if not m.startswith(f"{PREDICTION}:")]
     sampled = [m for m in ours if m != cfg.baseline]  # the baseline (rules) is deterministic: one sample is enough
     jobs = expand_jobs(tasks, sampled, samples, cwd=Path.cwd(), job_timeout_s=cfg.job_timeout_s) if sampled else []

@@ -30,7 +30,7 @@ from agent.batch.forkserver import ForkServer
 from agent.env.gpu import nvidia_gpus
 from agent.models.base import OFFLINE_MODELS
 from agent.options import RunOptions
-from agent.results.layout import REPORT, job_paths
+from agent.results.layout import PATCHES, REPORT, RESULTS, job_paths
 from agent.results.load import commands_seconds, report_or_none
 from agent.results.record import JobRecord, figures_from_report
 from agent.results.report import Report
@@ -84,7 +84,7 @@ def clear_job(out_dir: Path | str, run_id: str, key: str) -> None:
     symlink, a `..` in the key) is left alone.
     """
     out = Path(out_dir).resolve()
-    for folder, top in zip(job_paths(out, run_id, key), ("results", "patches")):
+    for folder, top in zip(job_paths(out, run_id, key), (RESULTS, PATCHES)):
         real = folder.resolve()
         if real != out / top and real.is_relative_to(out / top):
             shutil.rmtree(real, ignore_errors=True)

@@ -40,7 +40,7 @@ from agent.batch.executors import (PROVIDER_ENV, ExecutorError, JobSpec, LaunchC
 from agent.batch.kit import pack_task
 from agent.batch.landing import Refused, open_folder, sort_out
 from agent.batch.ray_job import JobInputs, remote_job
-from agent.results.layout import EMITTED, JOB_LOG, PREDICTIONS, REPORT, claim_job, job_paths
+from agent.results.layout import EMITTED, JOB_LOG, PREDICTIONS, REPORT, claim_job, job_paths, run_folder
 from agent.results.record import JobRecord
 from agent.task import load_task
 
@@ -77,7 +77,7 @@ class RayExecutor:
     def __init__(self, cfg: LaunchConfig, workers: int):
         self.cfg, self.workers = cfg, max(1, workers)
         self.ray = connect(workers)
-        _messages_to(Path(cfg.out_dir) / "results" / cfg.run_id / RAY_LOG)
+        _messages_to(run_folder(cfg.out_dir, cfg.run_id) / RAY_LOG)
         # the node table, not cluster_resources(): a node that has just joined is in it before its resources
         # reach the cluster's resource view
         self.gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in self.ray.nodes() if n.get("Alive")))
@@ -296,7 +296,7 @@ class _Shipper:
         if job.task_file not in self.kits:
             self.kits[job.task_file] = self.ray.put(pack_task(load_task(job.task_file)))
         provider, _, name = job.model_arg.partition(":")
-        predictions = Path(self.cfg.out_dir) / "results" / self.cfg.run_id / PREDICTIONS
+        predictions = run_folder(self.cfg.out_dir, self.cfg.run_id) / PREDICTIONS
         prices = self.cfg.options.prices
         return self.kits[job.task_file], JobInputs(
             replay=self._read(Path(name)) if provider == "replay" else None,

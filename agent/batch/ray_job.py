@@ -26,7 +26,7 @@ import agent
 from agent.batch.executors import JobSpec, LaunchConfig, run_job
 from agent.batch.forkserver import ForkServer
 from agent.batch.kit import TaskKit, unpack_task
-from agent.results.layout import PREDICTIONS, RUNNING, job_paths
+from agent.results.layout import PREDICTIONS, RUNNING, job_paths, run_folder
 from agent.results.record import JobRecord
 
 BEAT_S = 1.0  # how often a running job tells the batch it is alive (with its log's new lines)
@@ -114,7 +114,7 @@ def _place(job: JobSpec, cfg: LaunchConfig, kit: TaskKit, inputs: JobInputs,
         replay.write_bytes(inputs.replay)
         model_arg = f"replay:{replay}"
     if inputs.predictions is not None:
-        predictions = out / "results" / cfg.run_id / PREDICTIONS
+        predictions = run_folder(out, cfg.run_id) / PREDICTIONS
         predictions.parent.mkdir(parents=True)
         predictions.write_bytes(inputs.predictions)
     if inputs.prices is not None:

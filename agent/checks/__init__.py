@@ -15,9 +15,10 @@ from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, Di
 from agent.checks.perf import FULL, QUICK, SamplingPolicy
 from agent.checks.render import evaluation_table, summarize
 from agent.checks.stats import Comparison, compare
+from agent.checks.verdicts import PerfVerdict, Verdict
 
 __all__ = [
     "ALWAYS_PROTECTED", "CheckError", "Checker", "CommandRun", "Comparison", "Correctness", "CoverageResult",
-    "DiffStats", "Environment", "Evaluation", "Evidence", "FULL", "Hygiene", "PerfResult", "QUICK", "ReferenceResult",
-    "SamplingPolicy", "TaskBroken", "compare", "evaluation_table", "grade", "summarize",
+    "DiffStats", "Environment", "Evaluation", "Evidence", "FULL", "Hygiene", "PerfResult", "PerfVerdict", "QUICK",
+    "ReferenceResult", "SamplingPolicy", "TaskBroken", "Verdict", "compare", "evaluation_table", "grade", "summarize",
 ]

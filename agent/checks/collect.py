@@ -24,14 +24,13 @@ from agent.checks.correctness import run_check
 from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, DiffStats, Hygiene, PerfResult,
                                      ReadSiteResult, ReferenceResult)
 from agent.checks.evidence import Evidence
-from agent.checks.grade import decided
+from agent.checks.grade import decided, judge_perf, judge_reference
 from agent.checks.integrity import check_integrity, is_test_path
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.records import new_key
 from agent.checks.sides import CheckError, Sides, TaskBroken
-from agent.checks.stats import compare_paired, fraction_of_reference, speedup
 from agent.checks.stats import preload as preload_stats
 from agent.env.workspace import Workspace, patch_paths
 
@@ -224,7 +223,8 @@ def _bench_check(sides: Sides, root: Path, e: Evidence, changed: list[FileLines]
     changed_at = {f"{f.path}:{n}" for f in changed for n in f.lines}
     only_here = ([a for a in found.allocated if a in changed_at and a not in tested]
                  if found is not None and found.measured and tested is not None else [])
-    check = BenchCheck(run=run, sanitizer=found, ran=ran, only_here=only_here)
+    whole = lines.lines is not None and not lines.unkeyed and not lines.forged and run.passed
+    check = BenchCheck(run=run, sanitizer=found, ran=ran, ran_whole=whole, only_here=only_here)
     if run.timed_out:
         return check.model_copy(update={"note": "the bench under the sanitizer timed out: its reads are not measured"})
     if not run.passed:
@@ -290,35 +290,16 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         return
     assert samples is not None and samples.comparison is not None
     c = samples.comparison
-    e.perf = result.model_copy(update={
+    e.perf = judge_perf(result.model_copy(update={  # the samples; grade's pure function says what they show
         "unit": samples.unit, "timer": samples.timer, "baseline_samples": samples.values["baseline"],
         "candidate_samples": samples.values["candidate"], "warmup_samples": samples.warmup,
-        "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]),
-        "baseline_median": c.baseline_median, "candidate_median": c.candidate_median, "ratio": c.ratio,
-        "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "p_value": c.p_value,
-        "verdict": c.verdict, "precise": c.precise, "alpha": c.alpha, "max_pairs": policy.max_pairs,
-        "cv": c.cv, "stop_reason": c.stop_reason, "lines": samples.lines})
+        "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]), "alpha": c.alpha,
+        "max_pairs": policy.max_pairs, "stop_reason": c.stop_reason, "lines": samples.lines}), spec)
     # the harness's own clock on the same processes; grade judges it again under the task as it is then
     e.perf.outside = confirm.judge(e.perf, confirm.figures(samples.wall, samples.cpu),
                                    calls=spec.calls or samples.lines, max_speedup=spec.max_speedup)
     if "reference" in samples.values:
-        e.reference = _reference(e.perf, samples.values["reference"])
-
-
-def _reference(p: PerfResult, samples: list[float]) -> ReferenceResult:
-    """The reference against the baseline, in the same rounds and at the same per-look level (sampling
-    stopped on the candidate's answer)."""
-    assert p.ratio is not None
-    r = compare_paired(p.baseline_samples, samples, p.direction, p.min_effect, p.seed,
-                       alpha=p.alpha if p.alpha is not None else 0.05)
-    ref_speedup = speedup(r.ratio, p.direction)
-    # a share of the reference's gain means something only when both gains are significant
-    both_faster = p.verdict == "faster" and r.verdict == "faster"
-    return ReferenceResult(
-        ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, verdict=r.verdict, samples=samples,
-        speedup=ref_speedup,
-        fraction_of_reference=(fraction_of_reference(speedup(p.ratio, p.direction), ref_speedup) if both_faster
-                               else None))
+        e.reference = judge_reference(e.perf, ReferenceResult(samples=samples.values["reference"]))
 
 
 def diff_stats(ws: Workspace) -> DiffStats:

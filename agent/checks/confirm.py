@@ -28,6 +28,7 @@ import numpy as np
 
 from agent.checks.evaluation import ClockSaving, OutsideClock, PerfResult
 from agent.checks.stats import Comparison, Direction, speedup
+from agent.checks.verdicts import PerfVerdict
 
 CONFIDENCE = 0.95
 # Sampling stops early on a refutation only at this level: a "not confirmed" fails the change, and
@@ -129,7 +130,7 @@ def judge(p: PerfResult, figures: OutsideClock, *, calls: int, max_speedup: floa
         if p.ci_low is not None and p.ci_high is not None:
             out.claimed_low_s = min(out.claimed_s, least_claimed_saving(p.baseline_median, p.ci_low, p.ci_high,
                                                                         p.direction, calls, per_unit))
-    if p.verdict != "faster" or p.ratio is None:
+    if p.verdict != PerfVerdict.FASTER or p.ratio is None:
         out.note = "applies to a faster answer only"
         return out
     if not clocks:
@@ -177,7 +178,7 @@ def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, 
     1/sqrt(pairs)): a clock whose estimate reaches the claim (a true gain), or a claim far inside
     the clock's noise. Otherwise it goes on, so a few noisy pairs cannot let a forged line through
     (nor can a lucky look: an interval that happens to sit above 0 is no reason to stop)."""
-    if c.verdict != "faster":
+    if c.verdict != PerfVerdict.FASTER:
         return True
     f = figures(wall, cpu)
     diffs = [d for d in (_differences(f.baseline_wall_s, f.candidate_wall_s),

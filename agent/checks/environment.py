@@ -18,19 +18,7 @@ from agent.checks.evaluation import Environment
 from agent.env.gpu import first_visible
 from agent.env.sandbox import ResourceLimits, base_env, isolation, run_command
 
-# Reads torch/version.py on its own: importing torch would cost seconds per checker.
-_PROBE = r"""
-import importlib.util, json, os, platform
-info = {"python": platform.python_version()}
-spec = importlib.util.find_spec("torch")
-if spec is not None and spec.submodule_search_locations:
-    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-    version = importlib.util.spec_from_file_location("_perfagent_torch_version", path)
-    module = importlib.util.module_from_spec(version)
-    version.loader.exec_module(module)
-    info["torch"], info["cuda"] = module.__version__, module.cuda
-print("PERFAGENT_ENV " + json.dumps(info))
-"""
+PROBE = Path(__file__).with_name("env_probe.py")  # run from its text: see there why
 
 
 CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq")
@@ -84,7 +72,7 @@ def device_name(gpu: str | None) -> str:
 
 def probe(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> Environment:
     """Run once per checker, in the baseline workspace, with the task's interpreter."""
-    res = run_command(f"python -c {shlex.quote(_PROBE)}", root, timeout_s=120,
+    res = run_command(f"python -c {shlex.quote(PROBE.read_text(encoding='utf-8'))}", root, timeout_s=120,
                       env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir, read=read))
     info: dict = {}
     for line in res.output.splitlines():

@@ -6,16 +6,11 @@ the exact lines that no test executed, the machine the numbers came from.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, computed_field
 
 from agent.checks.integrity import IntegrityResult
-from agent.checks.stats import Direction, PerfAnswer, speedup
-
-# "suspicious": the checks passed, but something needs a person first (flagged code).
-# "no-change": there was nothing to grade (the run emitted no change); only a report's evaluation says it.
-Verdict = Literal["pass", "fail", "unverified", "rejected", "suspicious", "error", "no-change"]
+from agent.checks.stats import Direction, speedup
+from agent.checks.verdicts import PerfVerdict, Verdict  # the vocabulary: agent.checks.verdicts
 
 
 class CommandRun(BaseModel):
@@ -30,6 +25,7 @@ class CommandRun(BaseModel):
     output_tail: str = ""
     failing_tests: list[str] = []
     escaped: str | None = None  # what the sweep after it could not end (agent.env.sandbox.CommandResult)
+    first_error: str | None = None  # a failed run's first line that explains it (an exception, a collection error)
 
 
 class Correctness(BaseModel):
@@ -125,6 +121,7 @@ class BenchCheck(BaseModel):
     run: CommandRun
     sanitizer: SanitizerResult | None = None
     ran: list[str] = []  # changed lines ("file:line") the bench ran
+    ran_whole: bool = False  # every process of the bench recorded its lines, signed: `ran` is all it ran of them
     only_here: list[str] = []  # changed lines that allocated uninitialised memory here but never in the tests
     base_fails: bool = False  # the unchanged base's bench fails under the same instruments too
     note: str | None = None
@@ -189,7 +186,7 @@ class PerfResult(BaseModel):
     ci_high: float | None = None
     confidence: float = 0.95
     p_value: float | None = None
-    verdict: PerfAnswer | None = None
+    verdict: PerfVerdict | None = None
     min_effect: float = 0.0
     precise: bool = False  # interval narrower than min_effect when sampling stopped
     alpha: float | None = None  # the per-look level p had to beat (sequential stopping, overall A/A error 5%)
@@ -222,7 +219,7 @@ class ReferenceResult(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None
-    verdict: PerfAnswer | None = None
+    verdict: PerfVerdict | None = None
     samples: list[float] = []
     speedup: float | None = None
     # (candidate speedup - 1) / (reference speedup - 1); only when both are significantly "faster"

@@ -25,6 +25,7 @@ from agent.checks.evidence import Evidence
 from agent.checks.grade import grade
 from agent.checks.render import blame
 from agent.checks.sides import ALWAYS_PROTECTED, CheckError
+from agent.checks.verdicts import Verdict
 from agent.env.workspace import PatchError, Workspace
 from agent.task import Task
 from agent.util.globs import matches_any
@@ -73,13 +74,13 @@ def verify_rewrites(task: Task, findings: Sequence[Finding], workdir: Path, *, l
             except PatchError as e:
                 raise CheckError(f"the rewrites do not apply to the task's base: {e}") from None
             ev = grade(evidence, task.spec)
-            if ev.verdict == "error":
+            if ev.verdict == Verdict.ERROR:
                 raise CheckError(f"the task cannot be checked: {ev.error or '; '.join(ev.reasons)}")
             return evidence, ev
 
         pending = list(candidates)
         (evidence, ev), evaluations = passes(pending), 1
-        while ev.verdict != "pass" and pending:  # drop what the evidence names, and try the rest together
+        while ev.verdict != Verdict.PASS and pending:  # drop what the evidence names, and try the rest together
             blamed = blame(evidence)
             named = [f for f in pending if f"{f.path}:{f.line}" in blamed]
             if not named:
@@ -88,13 +89,13 @@ def verify_rewrites(task: Task, findings: Sequence[Finding], workdir: Path, *, l
             pending = [f for f in pending if id(f) not in decisions]
             if pending:
                 (evidence, ev), evaluations = passes(pending), evaluations + 1
-        if ev.verdict == "pass":
+        if ev.verdict == Verdict.PASS:
             kept = pending
         else:
             for f in pending:
                 _, ev = passes([*kept, f])
                 evaluations += 1
-                if ev.verdict == "pass":
+                if ev.verdict == Verdict.PASS:
                     kept.append(f)
                 else:
                     decisions[id(f)] = FixDecision(f, False, first_failure(ev))

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Callable
 
 from agent.checks import confirm
-from agent.checks.evaluation import CommandRun, Evaluation, OutsideClock, Verdict
+from agent.checks.evaluation import CommandRun, Evaluation, OutsideClock, PerfResult, ReferenceResult
 from agent.checks.evidence import Evidence
 from agent.checks.render import compact_lines, device_reads_line, read_line, read_path
-from agent.task import TaskSpec
+from agent.checks.stats import compare_paired, fraction_of_reference, speedup
+from agent.checks.verdicts import UNGRADED, PerfVerdict, Verdict
+from agent.task import PerfSpec, TaskSpec
 
 Rule = Callable[[Evidence, TaskSpec], list[str]]  # why the verdict it stands for applies; [] when it does not
 
@@ -165,41 +167,44 @@ def flagged_code(e: Evidence, spec: TaskSpec) -> list[str]:
 
 
 RULES: list[tuple[Verdict, Rule]] = [
-    ("error", could_not_check),
-    ("error", processes_outlived),
-    ("no-change", changes_nothing),
-    ("rejected", unclean_patch),
-    ("rejected", rewires_the_tests),
-    ("rejected", touches_protected),
-    ("fail", setup_fails),
-    ("fail", tests_fail),
-    ("fail", poisoned_tests_fail),
-    ("fail", reads_before_writes),
-    ("fail", bench_reads_before_writes),
-    ("fail", bench_fails_poisoned),
-    ("fail", device_reads),
-    ("fail", candidate_bench_fails),
-    ("fail", gain_not_confirmed),
-    ("unverified", changed_lines_unrun),
-    ("unverified", reads_unwatched),
-    ("unverified", allocated_only_in_bench),
-    ("unverified", read_sites_unrun),
-    ("suspicious", flagged_code),
+    (Verdict.ERROR, could_not_check),
+    (Verdict.ERROR, processes_outlived),
+    (Verdict.NO_CHANGE, changes_nothing),
+    (Verdict.REJECTED, unclean_patch),
+    (Verdict.REJECTED, rewires_the_tests),
+    (Verdict.REJECTED, touches_protected),
+    (Verdict.FAIL, setup_fails),
+    (Verdict.FAIL, tests_fail),
+    (Verdict.FAIL, poisoned_tests_fail),
+    (Verdict.FAIL, reads_before_writes),
+    (Verdict.FAIL, bench_reads_before_writes),
+    (Verdict.FAIL, bench_fails_poisoned),
+    (Verdict.FAIL, device_reads),
+    (Verdict.FAIL, candidate_bench_fails),
+    (Verdict.FAIL, gain_not_confirmed),
+    (Verdict.UNVERIFIED, changed_lines_unrun),
+    (Verdict.UNVERIFIED, reads_unwatched),
+    (Verdict.UNVERIFIED, allocated_only_in_bench),
+    (Verdict.UNVERIFIED, read_sites_unrun),
+    (Verdict.SUSPICIOUS, flagged_code),
 ]
-FINAL: frozenset[Verdict] = frozenset({"error", "no-change", "rejected", "fail"})  # nothing weaker is argued
+# nothing weaker is argued after these
+FINAL: frozenset[Verdict] = frozenset({Verdict.ERROR, Verdict.NO_CHANGE, Verdict.REJECTED, Verdict.FAIL})
 # what the evaluation reports of the evidence as it was found (perf and integrity get the grade's word added)
 CARRIED = sorted((Evidence.model_fields.keys() & Evaluation.model_fields.keys()) - {"perf", "integrity"})
 
 
 def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
-    """The evaluation of the patch `e` describes, under the task's rules."""
-    verdict: Verdict = "pass"
+    """The evaluation of the patch `e` describes, under the task's rules; the speed too is judged
+    here, again, from the recorded samples (`judged`), so a task changed since is judged by the new one."""
+    e = judged(e, spec)
+    verdict = Verdict.PASS
     reasons: list[str] = []
     for level, rule in RULES:
         said = rule(e, spec)
         if not said:
             continue
-        if verdict == "pass":
+        if verdict == Verdict.PASS:
             verdict = level
         elif verdict in FINAL and level not in FINAL:
             break
@@ -207,12 +212,67 @@ def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
     perf = e.perf
     if perf is not None and perf.outside is not None:
         o = outside(e, spec)
-        perf = perf.model_copy(update={"outside": o, **({"verdict": "not confirmed"} if o and o.confirmed is False
-                                                           else {})})
-    note = reasons.pop(0) if verdict == "no-change" else None
+        perf = perf.model_copy(update={"outside": o, **({"verdict": PerfVerdict.NOT_CONFIRMED}
+                                                           if o and o.confirmed is False else {})})
+    note = reasons.pop(0) if verdict == Verdict.NO_CHANGE else None
     carried = {name: getattr(e, name) for name in CARRIED}
     return Evaluation(**carried, verdict=verdict, reasons=reasons, note=note, perf=perf,
                       integrity=e.integrity.model_copy(update={"plausibility": None}))
+
+
+def nothing_to_grade(verdict: Verdict, why: str) -> Evaluation:
+    """The evaluation of a run that leaves nothing to grade (an empty patch, one that does not apply,
+    a broken task, an interrupted run): with `grade`, the only writer of a verdict. `why` is the
+    error for Verdict.ERROR and the note otherwise."""
+    if verdict not in UNGRADED:
+        raise ValueError(f"{verdict} needs evidence: only {', '.join(sorted(UNGRADED))} grade nothing")
+    if verdict == Verdict.ERROR:
+        return Evaluation(verdict=verdict, error=why)
+    return Evaluation(verdict=verdict, note=why)
+
+
+def judged(e: Evidence, spec: TaskSpec) -> Evidence:
+    """`e` with its perf comparison (and the reference's) worked out again from the recorded samples
+    under the task as it is now: its direction and minimum effect, the level and seed sampling used."""
+    if e.perf is None or spec.perf is None:
+        return e
+    p = judge_perf(e.perf, spec.perf)
+    return e.model_copy(update={"perf": p, "reference": judge_reference(p, e.reference)})
+
+
+def judge_perf(p: PerfResult, task: PerfSpec) -> PerfResult:
+    """The paired comparison of the recorded rounds, pure and seeded: what sampling decided when it
+    stopped, for the task it had. Figures without recorded pairs (an older report, a failed bench)
+    stay as they are: there is nothing to judge them again from."""
+    if p.error is not None or not _pairs(p.baseline_samples, p.candidate_samples):
+        return p
+    c = compare_paired(p.baseline_samples, p.candidate_samples, task.direction, task.min_effect, p.seed,
+                       alpha=p.alpha if p.alpha is not None else 0.05, confidence=p.confidence)
+    return p.model_copy(update={
+        "direction": task.direction, "min_effect": task.min_effect, "baseline_median": c.baseline_median,
+        "candidate_median": c.candidate_median, "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
+        "p_value": c.p_value, "verdict": c.verdict, "precise": c.precise, "cv": c.cv})
+
+
+def judge_reference(p: PerfResult, r: ReferenceResult | None) -> ReferenceResult | None:
+    """The reference against the baseline, in the same rounds and at the same per-look level as the
+    candidate (sampling stopped on the candidate's answer); as recorded when it has no pairs."""
+    if r is None or r.error is not None or p.ratio is None or not _pairs(p.baseline_samples, r.samples):
+        return r
+    c = compare_paired(p.baseline_samples, r.samples, p.direction, p.min_effect, p.seed,
+                       alpha=p.alpha if p.alpha is not None else 0.05, confidence=p.confidence)
+    ref_speedup = speedup(c.ratio, p.direction)
+    # a share of the reference's gain means something only when both gains are significant
+    both_faster = p.verdict == PerfVerdict.FASTER and c.verdict == PerfVerdict.FASTER
+    return r.model_copy(update={
+        "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value, "verdict": c.verdict,
+        "speedup": ref_speedup,
+        "fraction_of_reference": (fraction_of_reference(speedup(p.ratio, p.direction), ref_speedup) if both_faster
+                                  else None)})
+
+
+def _pairs(baseline: list[float], other: list[float]) -> bool:
+    return bool(baseline) and len(baseline) == len(other) and min(baseline) > 0 and min(other) > 0
 
 
 def decided(e: Evidence, spec: TaskSpec) -> bool:

@@ -235,17 +235,7 @@ def shadowed_modules(root: Path, added: list[str], installed: Collection[str]) -
     return reasons
 
 
-_LIST_MODULES = r"""
-import json, os, pkgutil, sys
-cwd = os.path.realpath(os.getcwd())
-paths = [p for p in sys.path if p and os.path.realpath(p) != cwd]
-names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
-names |= {m.name for m in pkgutil.iter_modules(paths)}
-for finder in sys.meta_path:  # editable installs map their names in a finder
-    mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
-    names |= set(mapping) if isinstance(mapping, dict) else set()
-print(json.dumps(sorted(names)))
-"""
+LIST_MODULES = Path(__file__).with_name("list_modules.py")  # run from its text: see there why
 
 
 def installed_top_level_modules(python: str = "python", env: dict[str, str] | None = None) -> frozenset[str]:
@@ -263,8 +253,8 @@ def installed_top_level_modules(python: str = "python", env: dict[str, str] | No
 def _list_modules(python: str, env: tuple[tuple[str, str], ...]) -> frozenset[str]:
     with tempfile.TemporaryDirectory(prefix="perfagent-modules-") as cwd:
         try:
-            res = subprocess.run([python, "-c", _LIST_MODULES], cwd=cwd, env=dict(env), capture_output=True,
-                                 text=True, timeout=60)
+            res = subprocess.run([python, "-c", LIST_MODULES.read_text(encoding="utf-8")], cwd=cwd, env=dict(env),
+                                 capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise RuntimeError(f"cannot list the modules of {python}: {e}") from None
     if res.returncode != 0:

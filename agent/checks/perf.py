@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -27,11 +28,15 @@ from typing import Callable, NamedTuple, NoReturn
 
 from agent.checks.confirm import settled
 from agent.checks.correctness import pytest_env
+from agent.checks.verdicts import CheckError
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python, torch_preload
 from agent.task import PerfSpec
 from agent.util.text import tail
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 @dataclass(frozen=True)
@@ -153,10 +158,8 @@ def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None
 
 def _swept(side: str, res: CommandResult) -> None:
     """No sample is taken beside what a bench left running that could not be ended: the evaluation
-    is an error (agent.checks.sides.CheckError), never a round run again as if nothing happened."""
+    is an error (CheckError), never a round run again as if nothing happened."""
     if res.escaped:
-        from agent.checks.sides import CheckError  # sides imports this module (through preflight)
-
         raise CheckError(f"the {side} bench: {res.escaped}")
 
 

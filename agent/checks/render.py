@@ -22,6 +22,7 @@ from agent.checks.evaluation import (BenchCheck, CommandRun, CoverageResult, Dev
                                      ReferenceResult, SanitizerResult, UninitRead)
 from agent.checks.evidence import Evidence
 from agent.checks.integrity import IntegrityResult
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.util.text import first_line, tail_lines
 
 Level = Literal["ok", "warn", "bad", "info"]
@@ -31,8 +32,10 @@ SANITIZER = "uninitialised reads"
 INITCHECK = "initcheck"
 READ_SITES = "read sites run"
 BENCH_CHECK = "bench run under the sanitizer"
-_PERF_LEVEL: dict[str, Level] = {"faster": "ok", "slower": "bad", "not confirmed": "bad", "suspicious": "bad"}
+_PERF_LEVEL: dict[str, Level] = {PerfVerdict.FASTER: "ok", PerfVerdict.SLOWER: "bad", PerfVerdict.NOT_CONFIRMED: "bad",
+                                  PerfVerdict.SUSPICIOUS: "bad"}
 OUTSIDE = "outside clock"
+_CONFIRMED_LEVEL: dict[bool | None, Level] = {True: "ok", False: "bad", None: "info"}
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,11 @@ class Row:
     level: Level = "info"
 
 
+_VERDICT_LEVEL: dict[str, Level] = {Verdict.PASS: "ok", Verdict.UNVERIFIED: "warn", Verdict.NO_CHANGE: "info"}
+
+
 def verdict_level(verdict: str) -> Level:
-    return {"pass": "ok", "unverified": "warn", "no-change": "info"}.get(verdict, "bad")
+    return _VERDICT_LEVEL.get(verdict, "bad")
 
 
 def compact_lines(names: list[str]) -> str:
@@ -81,7 +87,8 @@ def _run_line(run: CommandRun | None, enabled: bool = True) -> str:
     if run.passed:
         return f"pass ({run.duration_s:.1f}s)"
     why = "timed out" if run.timed_out else f"exit {run.exit_code}"
-    tests = f"; failing: {', '.join(run.failing_tests[:8])}" if run.failing_tests else ""
+    tests = (f"; failing: {', '.join(run.failing_tests[:8])}" if run.failing_tests
+             else f"; {run.first_error}" if run.first_error else "")
     return f"FAIL ({why}{tests})"
 
 
@@ -100,7 +107,7 @@ def perf_line(p: PerfResult) -> str:
             + (f"; stopped: {p.stop_reason}" if p.stop_reason
                else "" if p.precise else ", interval wider than min effect")
             + (f"; could not tell at this noise (min effect {p.min_effect:.0%})"
-               if p.verdict == "inconclusive" else ""))
+               if p.verdict == PerfVerdict.INCONCLUSIVE else ""))
 
 
 def outside_line(o: OutsideClock) -> str:
@@ -321,9 +328,10 @@ def _checked_nothing(ev: Evaluation) -> bool:
 def evaluation_rows(ev: Evaluation) -> list[Row]:
     """Every check of one evaluation, worst news first; a partial evaluation gives fewer rows."""
     rows = [Row("why", r, "warn") for r in ev.reasons]
-    rows += [Row(name, text, level) for name, text, level in
-             (("error", ev.error, "bad"), ("note", ev.note, "info"), ("emitted", ev.emitted, "info")) if text]
-    if ev.verdict == "no-change" or _checked_nothing(ev):  # rows saying "ok" would claim checks that never ran
+    words: list[tuple[str, str | None, Level]] = [("error", ev.error, "bad"), ("note", ev.note, "info"),
+                                                  ("emitted", ev.emitted, "info")]
+    rows += [Row(name, text, level) for name, text, level in words if text]
+    if ev.verdict == Verdict.NO_CHANGE or _checked_nothing(ev):  # rows saying "ok" would claim checks that never ran
         return rows
     problems, pv = ev.hygiene.problems, ev.protected_violations
     rows.append(Row("patch hygiene", "ok", "ok") if ev.hygiene.ok else Row("patch hygiene", "; ".join(problems), "bad"))
@@ -354,7 +362,7 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
         rows.append(_perf_row(ev.perf))
         o = ev.perf.outside
         if o is not None:
-            rows.append(Row(OUTSIDE, outside_line(o), {True: "ok", False: "bad", None: "info"}[o.confirmed]))
+            rows.append(Row(OUTSIDE, outside_line(o), _CONFIRMED_LEVEL[o.confirmed]))
     if ev.reference is not None:
         rows.append(_reference_row(ev.reference))
     return rows + [Row("warning", w, "warn") for w in ev.warnings]

@@ -21,6 +21,7 @@ from agent.checks.initcheck import Initcheck
 from agent.checks.integrity import installed_top_level_modules
 from agent.checks.launch import Launcher
 from agent.checks.records import new_key
+from agent.checks.verdicts import CheckError
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
 from agent.env.sandbox import base_env, run_command
@@ -30,10 +31,6 @@ from agent.util.files import empty_folder
 
 # Files that change what the tests check without being tests: always protected, on top of the task's list.
 ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustomize.py"]
-
-
-class CheckError(Exception):
-    """The task itself cannot be checked (baseline setup or bench broken): verdict "error"."""
 
 
 class TaskBroken(CheckError):

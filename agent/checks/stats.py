@@ -22,15 +22,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from agent.checks.verdicts import CALLED, PerfVerdict
+
 Direction = Literal["lower", "higher"]
-# What an A/B comparison says (report.json keeps it as `perf.verdict`): one word per meaning, so a
-# perf answer is not the evaluation's verdict (`Verdict`), nor a batch job's outcome.
-# "not confirmed": the metric says faster, but the harness's own clock, outside the bench process,
-# does not see the gain it claims (agent.checks.confirm; set by grade): not "faster".
-# "inconclusive": the maximum pairs were not enough to tell (the interval is wider than the
-# task's minimum effect, or the test stays short of its level): not a finding of no change.
-# "suspicious": older reports only (a speedup beyond a fixed plausibility bound, retired).
-PerfAnswer = Literal["faster", "slower", "no significant change", "inconclusive", "not confirmed", "suspicious"]
+# What an A/B comparison says (report.json keeps it as `perf.verdict`): agent.checks.verdicts.
+PerfAnswer = PerfVerdict
 
 
 class Comparison(BaseModel):
@@ -104,11 +100,11 @@ def compare(baseline: list[float], candidate: list[float], direction: Direction 
     p = rank_p_value(baseline, candidate)
     significant = p < 1 - confidence and (hi < 1 or lo > 1)
     if not significant:
-        verdict: PerfAnswer = "no significant change"
+        verdict = PerfVerdict.NO_DIFFERENCE
     elif (ratio < 1) == (direction == "lower"):
-        verdict = "faster"
+        verdict = PerfVerdict.FASTER
     else:
-        verdict = "slower"
+        verdict = PerfVerdict.SLOWER
     return Comparison(baseline_median=b_med, candidate_median=c_med, ratio=ratio, ci_low=lo, ci_high=hi,
                       confidence=confidence, p_value=p, verdict=verdict, n_baseline=len(baseline),
                       n_candidate=len(candidate), precise=(hi - lo) < min_effect)
@@ -214,11 +210,11 @@ def compare_paired(baseline: list[float], candidate: list[float], direction: Dir
     p = signed_rank_p(baseline, candidate)
     precise = (hi - lo) < min_effect
     if p < alpha and (hi < 1 or lo > 1):
-        verdict: PerfAnswer = "faster" if (ratio < 1) == (direction == "lower") else "slower"
+        verdict = PerfVerdict.FASTER if (ratio < 1) == (direction == "lower") else PerfVerdict.SLOWER
     elif precise and lo <= 1 <= hi:
-        verdict = "no significant change"
+        verdict = PerfVerdict.NO_DIFFERENCE
     else:
-        verdict = "inconclusive"
+        verdict = PerfVerdict.INCONCLUSIVE
     return Comparison(baseline_median=float(np.median(baseline)), candidate_median=float(np.median(candidate)),
                       ratio=ratio, ci_low=lo, ci_high=hi, confidence=confidence, p_value=p, verdict=verdict,
                       n_baseline=len(baseline), n_candidate=len(candidate), precise=precise, paired=True,
@@ -229,9 +225,9 @@ def stop_reason(c: Comparison, last: bool, testing: bool = True) -> str | None:
     """Why sequential sampling stops after this look, or None to take another round; a round that is
     not one of the test's looks (`testing` False) stops only for precision."""
     n = c.n_candidate
-    if c.verdict in ("faster", "slower"):
+    if c.verdict in CALLED:
         return f"significant after {n} pairs" if testing else None
-    if c.verdict == "no significant change":
+    if c.verdict == PerfVerdict.NO_DIFFERENCE:
         return f"precise after {n} pairs"
     if not last:
         return None

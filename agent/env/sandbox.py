@@ -376,34 +376,9 @@ def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], 
 
 
 # -- running --------------------------------------------------------------------------------------
-# A subreaper between us and bubblewrap, for `run_command(account_cpu=True)`. bwrap exits on its
-# init's word, before it reaps that init, so its own rusage holds none of the command's CPU time;
-# as a subreaper this process inherits the init when bwrap exits and reaps it (and with it
-# everything the init reaped, the whole sandbox), so waiting for it gives the sandbox's CPU time.
-# It runs on the host, out of the sandbox's reach; ~12 ms.
-_REAPER = """import ctypes, os, signal, sys
-parent = os.getppid()
-libc = ctypes.CDLL(None)
-libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: gone with perfagent (and bwrap, --die-with-parent, too)
-if os.getppid() != parent:
-    sys.exit(1)
-pid = os.fork()
-if pid == 0:
-    try:
-        os.execvp(sys.argv[1], sys.argv[1:])
-    finally:
-        os._exit(127)
-code = 1
-while True:
-    try:
-        done, status = os.wait()
-    except ChildProcessError:
-        break
-    if done == pid:
-        code = os.waitstatus_to_exitcode(status)
-sys.exit(code if code >= 0 else 128 - code)
-"""
+# A subreaper between us and bubblewrap, for `run_command(account_cpu=True)`: the sandbox's CPU time
+# (agent/env/reaper.py says how). It runs on the host, out of the sandbox's reach; ~12 ms.
+REAPER = Path(__file__).with_name("reaper.py")
 
 
 class _CappedReader(threading.Thread):
@@ -478,7 +453,7 @@ def run_command(
                            seccomp, network)
         account_cpu = account_cpu and mode == "bwrap"  # elsewhere an orphan may outlive the command
         if account_cpu:
-            argv = [sys.executable, "-I", "-S", "-c", _REAPER, *argv]
+            argv = [sys.executable, "-I", "-S", str(REAPER), *argv]
         start = time.monotonic()
         read_fd, write_fd = os.pipe()
         try:

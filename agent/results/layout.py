@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+RESULTS, PATCHES = "results", "patches"  # under --out: each holds a folder per run id
 REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks.json", "batch.log"
 ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
 EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
@@ -61,10 +62,14 @@ def out_dir_of(run_dir: Path) -> Path:
     return Path(run_dir).parent.parent
 
 
+def run_folder(out_dir: Path | str, run_id: str) -> Path:
+    """`results/<run-id>` under --out: the run's jobs, ledger and plan."""
+    return Path(out_dir) / RESULTS / run_id
+
+
 def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
     """(results folder, patch folder) of a job."""
-    out = Path(out_dir)
-    return out / "results" / run_id / key, out / "patches" / run_id / key
+    return run_folder(out_dir, run_id) / key, Path(out_dir) / PATCHES / run_id / key
 
 
 class JobInUse(Exception):
@@ -119,6 +124,6 @@ def locate(path: Path) -> tuple[Path, str | None]:
     if not any((path / a).exists() for a in ARTIFACTS):
         return path, None
     for up in (path.parent, path.parent.parent, path.parent.parent.parent):
-        if (up / LEDGER).is_file() or up.parent.name == "results":
+        if (up / LEDGER).is_file() or up.parent.name == RESULTS:
             return up, path.relative_to(up).as_posix()
     return path.parent, path.name

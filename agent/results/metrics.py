@@ -11,9 +11,10 @@ cannot "match" a reference that gains little. Only tasks with a reference are co
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from agent.results.record import JobRecord
+from agent.checks.verdicts import PerfVerdict
 
 OPT_THRESHOLD = 0.95  # share of the reference's speedup a sample must reach
 OPT_MIN_SPEEDUP = 1.2  # and its own speedup over the baseline
@@ -46,7 +47,7 @@ def reaches_reference(r: JobRecord, threshold: float = OPT_THRESHOLD, min_speedu
     (inconclusive, no significant change) solves nothing."""
     if not r.correct or r.speedup is None or r.reference_speedup is None:
         return False
-    if r.perf_verdict in ("inconclusive", "no significant change"):
+    if r.perf_verdict in (PerfVerdict.INCONCLUSIVE, PerfVerdict.NO_DIFFERENCE):
         return False
     return r.speedup >= min_speedup and r.speedup >= threshold * r.reference_speedup
 
@@ -60,12 +61,12 @@ def within_noise(r: JobRecord, threshold: float = OPT_THRESHOLD) -> bool:
     return low <= threshold * ref_high and threshold * ref_low <= high
 
 
-def opt_undecided(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD) -> int:
+def opt_undecided(by_task: Mapping[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD) -> int:
     """Tasks with a reference where some correct sample's Opt decision is within noise (`within_noise`)."""
     return sum(any(r.has_reference and within_noise(r, threshold) for r in records) for records in by_task.values())
 
 
-def opt_at_k(by_task: dict[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD,
+def opt_at_k(by_task: Mapping[str, Sequence[JobRecord]], threshold: float = OPT_THRESHOLD,
              min_speedup: float = OPT_MIN_SPEEDUP) -> tuple[int, int]:
     """(tasks solved, tasks counted): a task with a reference counts once, solved if any sample reaches it."""
     counted = solved = 0

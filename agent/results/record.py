@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models.base import Usage
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.results.report import Report
 
 Status = Literal["done", "failed", "skipped"]
@@ -64,7 +65,7 @@ class JobRecord(BaseModel):
     @property
     def failure(self) -> bool:
         """Counts against the batch: failed to run, ended in an error subtype, or its patch could not be graded."""
-        return self.status == "failed" or self.errored or (self.status == "done" and self.verdict == "error")
+        return self.status == "failed" or self.errored or (self.status == "done" and self.verdict == Verdict.ERROR)
 
     @property
     def correct(self) -> bool:
@@ -75,17 +76,17 @@ class JobRecord(BaseModel):
         failure, "shown by its subtype and never counted correct", so correct and failure never
         both hold, and the outcome it is shown by ("error_max_turns") is not "pass".
         """
-        return self.status == "done" and self.verdict == "pass" and not self.errored
+        return self.status == "done" and self.verdict == Verdict.PASS and not self.errored
 
     @property
     def faster(self) -> bool:
         """Correct, and the perf verdict is "faster" (significant, and the interval excludes 1)."""
-        return self.correct and self.perf_verdict == "faster"
+        return self.correct and self.perf_verdict == PerfVerdict.FASTER
 
     @property
     def no_change(self) -> bool:
         """The agent submitted nothing (reverted its edits, or none passed): an empty patch, verdict no-change."""
-        return self.status == "done" and self.verdict == "no-change"
+        return self.status == "done" and self.verdict == Verdict.NO_CHANGE
 
     @property
     def outcome(self) -> str:

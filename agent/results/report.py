@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent.checks.evaluation import Evaluation
+from agent.checks.verdicts import Verdict
 from agent.env.candidate import LeftOut
 from agent.models.base import Usage
 from agent.util.seal import write_sealed
@@ -221,7 +222,7 @@ class Report(BaseModel):
     @property
     def verdict(self) -> str:
         """The evaluation's verdict; a report without an evaluation graded nothing: "error"."""
-        return self.evaluation.verdict if self.evaluation is not None else "error"
+        return self.evaluation.verdict if self.evaluation is not None else Verdict.ERROR
 
 
 def read_report(path: Path) -> Report:

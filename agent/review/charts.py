@@ -13,6 +13,7 @@ from markupsafe import Markup
 
 from agent.results.summary import BatchSummary
 from agent.checks.evaluation import Evaluation
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.review.analytics import Timeline
 from agent.review.load import Results, RunView
 from agent.review.rows import contestant, fmt_speedup, fmt_usd, run_outcome
@@ -76,14 +77,14 @@ def perf_verdict(ev: Evaluation | None) -> str:
     """The perf verdict in the words the checks use, or why there is none."""
     if ev is None:
         return "no evaluation"
-    if ev.verdict == "no-change":
-        return "no-change"
+    if ev.verdict == Verdict.NO_CHANGE:
+        return Verdict.NO_CHANGE
     p = ev.perf
     if p is None:
         return "not measured"
     if p.error:
         return "perf error"
-    return p.verdict or "inconclusive"
+    return p.verdict or PerfVerdict.INCONCLUSIVE
 
 
 def ratio_svg(ev: Evaluation | None) -> Markup | None:
@@ -220,7 +221,7 @@ def speedup_svg(results: Results) -> Markup | None:
             continue
         if r.interval is not None:
             body += whisker(scale, r.interval[0], r.interval[1], yy, c, r.key)
-        correct = outcome == "pass"
+        correct = outcome == Verdict.PASS
         body.append(f'<circle class="speedup" data-key="{esc(r.key)}" data-value="{r.speedup:.6g}" '
                     f'cx="{scale(r.speedup)}" cy="{yy}" r="5" fill="{c if correct else "#fff"}" stroke="{c}" '
                     f'stroke-width="2"><title>{esc(r.key)}: {esc(fmt_speedup(r))}, {esc(outcome)}</title></circle>')

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.results.summary import ModelSummary, TaskRow
 from agent.review.load import Results, RunView
 from agent.review.rows import fmt_speedup, run_outcome
@@ -38,7 +39,7 @@ def speed_change(a: RunView | None, b: RunView | None) -> str | None:
         return "faster"
     if ib[1] < ia[0]:
         return "slower"
-    if "inconclusive" in (a.perf.verdict if a.perf else None, b.perf.verdict if b.perf else None):
+    if PerfVerdict.INCONCLUSIVE in (a.perf.verdict if a.perf else None, b.perf.verdict if b.perf else None):
         return "inconclusive"
     return "no clear difference"
 
@@ -113,7 +114,7 @@ def _subtype(run: RunView) -> str:
 
 def _best(runs: list[RunView]) -> RunView | None:
     """The correct run with the best speedup: the one the task row's "best speedup" is."""
-    ok = [r for r in runs if run_outcome(r) == "pass" and r.speedup is not None]
+    ok = [r for r in runs if run_outcome(r) == Verdict.PASS and r.speedup is not None]
     return max(ok, key=lambda r: r.speedup or 0.0, default=None)
 
 

@@ -22,6 +22,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from agent.checks.render import Row
+from agent.checks.verdicts import Verdict
 from agent.results.summary import BatchSummary
 from agent.results.tables import sections
 from agent.review.analytics import EditTable, Timeline, edit_table, timeline
@@ -108,7 +109,7 @@ def _perf_note(run: RunView) -> str:
         return ""
     p = ev.perf
     if p is None:
-        if ev.verdict == "no-change":
+        if ev.verdict == Verdict.NO_CHANGE:
             return f"no-change: {ev.note or 'nothing to measure'}"
         return "no perf measurement: " + (ev.note or (ev.reasons[0] if ev.reasons else f"verdict {ev.verdict}"))
     if p.error:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.checks.evaluation import Evaluation, PerfResult
-from agent.results.layout import (ARTIFACTS, EMITTED, LEDGER, REJECTED, REPORT, job_folders, job_running, locate,
-                                  out_dir_of)
+from agent.results.layout import (ARTIFACTS, EMITTED, LEDGER, REJECTED, REPORT, job_folders, job_paths, job_running,
+                                  locate, out_dir_of)
 from agent.results.load import job_identity, load_run, trajectory_model
 from agent.results.record import JobRecord
 from agent.results.report import AgentRun, Report, ReportError, read_report
@@ -171,7 +171,7 @@ def _patch(candidates: list[Path], rejected: bool) -> PatchFile | None:
 
 def _patches(out_dir: Path, run_dir: Path, key: str, record: JobRecord | None) -> list[PatchFile]:
     """The emitted patch, and the rejected final state beside it (left when no candidate passed)."""
-    dirs = [out_dir / "patches" / run_dir.name / key, run_dir / key]
+    dirs = [job_paths(out_dir, run_dir.name, key)[1], run_dir / key]
     emitted = _patch(([out_dir / record.patch] if record and record.patch else []) + [d / EMITTED for d in dirs],
                      rejected=False)
     rejected = _patch(([emitted.path.parent / REJECTED] if emitted else []) + [d / REJECTED for d in dirs],

@@ -19,6 +19,7 @@ from agent.agents import OWN_AGENT, split_spec
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
+from agent.checks.verdicts import Verdict
 from agent.models.base import Usage
 from agent.results.report import AgentRound, AgentRun, ModelUsage, PermissionDenial, Report
 from agent.review.load import ARTIFACTS, PatchFile, RunView
@@ -28,9 +29,9 @@ if TYPE_CHECKING:
     from agent.models.pricing import PriceTable
 
 SortKey = Literal["job", "speedup", "cost", "verdict"]
-VERDICT_ORDER = ["pass", "unverified", "fail", "rejected", "suspicious", "error", "error_max_turns", "error_max_budget",
-                 "error_during_execution", "no change", "no-change", "failed", "skipped", "corrupt report",
-                 "missing report", "running", "pending"]
+VERDICT_ORDER = [Verdict.PASS, Verdict.UNVERIFIED, Verdict.FAIL, Verdict.REJECTED, Verdict.SUSPICIOUS, Verdict.ERROR,
+                 "error_max_turns", "error_max_budget", "error_during_execution", "no change", Verdict.NO_CHANGE,
+                 "failed", "skipped", "corrupt report", "missing report", "running", "pending"]
 EMPTY_PATCH = "empty diff: no change was emitted"
 
 

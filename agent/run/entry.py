@@ -26,14 +26,14 @@ from agent.checks import CheckError, TaskBroken
 from agent.env.workspace import PatchError, WorkspaceError, check_task_base
 from agent.models.base import ModelError
 from agent.options import RunOptions
-from agent.results.layout import JobInUse, claim_job
+from agent.results.layout import JobInUse, claim_job, job_paths
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import TaskError
 from agent.util.text import markup_safe
 
 if TYPE_CHECKING:
     from agent.results.predictions import Prediction
-    from agent.run.runner import RunResult
+    from agent.run.graded import RunResult
 
 EXIT_BAD_INPUT = 2
 # Providers whose models are real, untrusted agents, and the external agents: they run only in a
@@ -127,7 +127,7 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         label = f"{agent.name} · {agent.model}"
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
     err = Console(stderr=True, soft_wrap=True)  # an error or warning is one line, however long
-    folder = Path(request.out_dir) / "results" / kwargs["run_id"] / (request.job or task.id)
+    folder = job_paths(request.out_dir, kwargs["run_id"], request.job or task.id)[0]
     try:
         with claim_job(folder), _signals_interrupt():
             if display == "log":
@@ -156,12 +156,12 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
 def _prediction(request: RunRequest, task_id: str, name: str) -> "Prediction":
     """The prediction a job of `check --predictions` grades: sample k of (task, name) in its run's copy of
     the predictions file."""
-    from agent.results.layout import PREDICTIONS, split_key
+    from agent.results.layout import PREDICTIONS, run_folder, split_key
     from agent.results.predictions import PredictionsError, by_attempt, read_predictions
 
     if request.run_id is None:
         raise UserError("a prediction is graded inside a run: use perfagent check SET --predictions FILE")
-    path = Path(request.out_dir) / "results" / request.run_id / PREDICTIONS
+    path = run_folder(request.out_dir, request.run_id) / PREDICTIONS
     try:
         attempts = by_attempt(read_predictions([path])).get((task_id, name), [])
     except PredictionsError as e:

@@ -18,15 +18,18 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent.agents import AgentError
 from agent.agents.base import AgentResult, ExternalAgent, Session
-from agent.agents.relay import Meter, Relay, RelayError, Upstream, bridge_command
-from agent.checks import Checker, Evaluation, TaskBroken, summarize
+from agent.agents.metering import Meter
+from agent.agents.relay import Relay, RelayError, Upstream, bridge_command
+from agent.checks import Checker, Evaluation, summarize
+from agent.checks.verdicts import Verdict
 from agent.env.candidate import Candidate, LeftOut, with_left_out
 from agent.env.sandbox import CommandResult, base_env, run_command
 from agent.env.workspace import Workspace
@@ -34,11 +37,10 @@ from agent.models.base import Usage
 from agent.models.pricing import PriceTable
 from agent.options import Limits
 from agent.results.report import AgentRound, AgentRun
-from agent.run.exits import AgentFailed, OverBudget, RunExit, TaskUncheckable, TimedOut, as_interrupted
-from agent.run.loop import Outcome, Trajectory
+from agent.run.exits import AgentFailed, OverBudget, RunExit, TimedOut
+from agent.run.graded import Contestant, Emission, GradedRun, RunResult, final_emission, graded_run
+from agent.run.loop import Outcome
 from agent.run.prompts import agent_prompt
-from agent.run.runner import (Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings,
-                              report_of, salvage_emission)
 from agent.task import Task
 from agent.util.files import atomic_write, write_json
 from agent.util.text import first_line, tail
@@ -63,6 +65,81 @@ class Sealed:
     read: tuple[Path, ...] = ()  # the task's `read` folders
 
 
+SessionRunner = Callable[[Session, Sealed, float], CommandResult]  # one session, its time left: what it printed
+
+
+@dataclass
+class ExternalAgentContestant(Contestant):
+    """An external agent in the sandbox for up to `rounds` sessions, each graded, metered by the relay.
+    `sessions`: the seam for one session (default: the agent's command, sealed, through the relay)."""
+
+    agent: ExternalAgent
+    prices: PriceTable
+    limits: Limits
+    rounds: int = DEFAULT_ROUNDS
+    base_url: str | None = None
+    sessions: SessionRunner | None = None
+    binary: Path | None = None
+    meter: Meter | None = None
+    relay_dir: Path | None = None
+    record: AgentRun = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.record = AgentRun(name=self.agent.name, model=self.agent.model)
+
+    def prepare(self, run: GradedRun) -> None:
+        self.relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-",
+                                               dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
+        self.meter = Meter(self.prices, max_cost_usd=self.limits.max_cost_usd,
+                           deadline=run.start + self.limits.timeout_s)
+        _ = run.trajectory  # started at once, as the run starts: every exchange through the relay lands in it
+        with _agent_errors(self.agent):
+            self.binary = self.agent.locate()
+            self.record.version = self.agent.version(self.binary)
+
+    def play(self, run: GradedRun) -> Emission:
+        agent, meter, ws = self.agent, self.meter, run.ws
+        assert meter is not None and ws is not None and self.relay_dir is not None
+
+        def relayed(record: dict) -> None:
+            """Each exchange into the trajectory; each metered answer on to the live display, as a turn."""
+            run.trajectory.add("relay", **record)
+            if record.get("event") == "response" and "usage" in record:
+                run.on_event("turn", {"turn": meter.requests, "activity": f"{agent.name} at work"})
+                run.on_event("usage", {"usage": sum(meter.usage_by_model.values(), Usage()),
+                                       "cost_usd": meter.total_cost_usd})
+
+        with _agent_errors(agent):
+            upstream = Upstream.of(agent.provider, self.base_url)
+            sealed = Sealed(ws, _folder(run.work / "home"), _folder(run.work / "out"), self.relay_dir / "relay.sock",
+                            run.checker.bin_dir(), run.task.read)
+            with Relay(upstream, meter, sealed.socket, log=relayed, models=agent.models()):
+                why = _rounds(run.task, agent, self.sessions or self.sealed_session, sealed, self.rounds, self.limits,
+                              meter, self.record, _kept(run), lambda cand: run.candidates.grade(cand, full=True),
+                              run.on_event, run.start)
+        run.outcome.end(why)
+        return final_emission(ws, run.candidates, run.outcome)
+
+    def sealed_session(self, session: Session, sealed: Sealed, time_left_s: float) -> CommandResult:
+        assert self.binary is not None and self.meter is not None
+        return _session(self.agent, self.binary, session, sealed, self.meter, time_left_s)
+
+    def interrupted(self, run: GradedRun) -> None:
+        run.trajectory.add("interrupted", signal=run.outcome.interrupted)
+
+    def settle(self, run: GradedRun) -> dict[str, Any]:
+        if run.ws is not None:
+            atomic_write(_kept(run) / "final.diff", run.ws.diff())
+            self.record.files["final_diff"] = "agent/final.diff"
+        if self.meter is not None:
+            _account(run.outcome, self.meter, self.record, run.start, cumulative_cost=self.agent.cumulative_cost)
+        return {"agent": self.record}
+
+    def close(self) -> None:
+        if self.relay_dir is not None:
+            shutil.rmtree(self.relay_dir, ignore_errors=True)
+
+
 def run_external(
     task: Task,
     agent: ExternalAgent,
@@ -77,79 +154,31 @@ def run_external(
     lock_dir: Path | None = None,
     keep_workspace: bool = False,
     on_event: Callable[[str, dict], None] = lambda kind, data: None,
+    checker: Checker | None = None,
+    sessions: SessionRunner | None = None,
 ) -> RunResult:
-    """Run `agent` on `task` for up to `rounds` sessions; write report.json, the diff and the agent's outputs."""
-    limits = limits or Limits.of(task)
-    paths = RunPaths.of(out_dir, run_id, job or task.id)
-    kept = paths.report.parent / "agent"
-    start = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
-    relay_dir = Path(tempfile.mkdtemp(prefix="perfagent-relay-",
-                                      dir=SOCKET_PARENT if Path(SOCKET_PARENT).is_dir() else None))
-    checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
-    candidates = Candidates(checker, paths.checks, on_event)
-    meter = Meter(prices, max_cost_usd=limits.max_cost_usd, deadline=start + limits.timeout_s)
-    trajectory = Trajectory(paths.trajectory)
-    run = AgentRun(name=agent.name, model=agent.model)
-    outcome = Outcome()
-    ws: Workspace | None = None
-    emission: Emission | None = None
+    """Run `agent` on `task` for up to `rounds` sessions; write report.json, the diff and the agent's outputs.
+    `checker` and `sessions`: the grader's and the session's seams (default: the real ones)."""
+    contestant = ExternalAgentContestant(agent, prices, limits or Limits.of(task), rounds, base_url, sessions)
+    return graded_run(task, contestant, out_dir=out_dir, run_id=run_id, job=job, lock_dir=lock_dir,
+                      keep_workspace=keep_workspace, on_event=on_event, checker=checker)
 
-    def grade(cand: Candidate) -> Evaluation:
-        return candidates.grade(cand, full=True)
 
-    def relayed(record: dict) -> None:
-        """Each exchange into the trajectory; each metered answer on to the live display, as a turn."""
-        trajectory.add("relay", **record)
-        if record.get("event") == "response" and "usage" in record:
-            on_event("turn", {"turn": meter.requests, "activity": f"{agent.name} at work"})
-            on_event("usage", {"usage": sum(meter.usage_by_model.values(), Usage()),
-                               "cost_usd": meter.total_cost_usd})
-
+@contextmanager
+def _agent_errors(agent: ExternalAgent) -> Iterator[None]:
+    """The agent's or the relay's failure as the run's end: one line in the report."""
     try:
-        try:
-            binary = agent.locate()
-            run.version = agent.version(binary)
-            checker.check_base()  # a task that cannot pass on its own base gets no agent (and spends nothing)
-            upstream = Upstream.of(agent.provider, base_url)
-            ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
-            sealed = Sealed(ws, _folder(work / "home"), _folder(work / "out"), relay_dir / "relay.sock",
-                            checker.bin_dir(), task.read)
-            with Relay(upstream, meter, sealed.socket, log=relayed, models=agent.models()):
-                why = _rounds(task, agent, binary, sealed, rounds, limits, meter, run, kept, grade, on_event, start)
-            outcome.end(why)
-            emission = final_emission(ws, candidates, outcome)
-        except (AgentError, RelayError) as e:
-            outcome.end(AgentFailed(agent.name, str(e)))
-        except TaskBroken as e:
-            outcome.end(TaskUncheckable(str(e)))
-        except KeyboardInterrupt as e:
-            outcome.end(as_interrupted(e))
-            trajectory.add("interrupted", signal=outcome.interrupted)
-        if outcome.interrupted is not None:
-            emission = salvage_emission(candidates, outcome.interrupted)
-        if emission is None:
-            emission = Emission("", "", Evaluation(verdict="error", error=outcome.result))
-        if ws is not None:
-            atomic_write(kept / "final.diff", ws.diff())
-            run.files["final_diff"] = "agent/final.diff"
-        _account(outcome, meter, run, start, cumulative_cost=agent.cumulative_cost)
-        emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
-        report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
-                           permission_denials=[], left_out=emission.left_out).model_copy(update={"agent": run})
-        emission.write(paths)
-        report.write(paths.report)
-    finally:
-        try:
-            checker.close()
-        finally:
-            shutil.rmtree(relay_dir, ignore_errors=True)
-            if not keep_workspace:
-                shutil.rmtree(work, ignore_errors=True)
-    return RunResult(report, paths, outcome)
+        yield
+    except (AgentError, RelayError) as e:
+        raise AgentFailed(agent.name, str(e)) from e
 
 
-def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, rounds: int, limits: Limits,
+def _kept(run: GradedRun) -> Path:
+    """The agent's own outputs, under the job's results folder."""
+    return run.paths.report.parent / "agent"
+
+
+def _rounds(task: Task, agent: ExternalAgent, launch: SessionRunner, sealed: Sealed, rounds: int, limits: Limits,
             meter: Meter, run: AgentRun, kept: Path, grade: Callable[[Candidate], Evaluation],
             on_event: Callable[[str, dict], None], start: float) -> RunExit:
     """The agent's sessions, each graded (its feedback says which files were left out of the graded change);
@@ -160,7 +189,7 @@ def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, roun
         session = Session(prompt, n, resume_id, sealed.home, sealed.out)
         on_event("log", {"message": f"{agent.name} session {n}"})
         began = time.monotonic()
-        result = _session(agent, binary, session, sealed, meter, limits.timeout_s - (began - start))
+        result = launch(session, sealed, limits.timeout_s - (began - start))
         said = agent.read_result(result.output, session)
         stderr = _keep(kept, session, result, said, run)
         round_ = AgentRound(round=n, exit_code=result.exit_code, duration_ms=round((time.monotonic() - began) * 1000),
@@ -174,9 +203,9 @@ def _rounds(task: Task, agent: ExternalAgent, binary: Path, sealed: Sealed, roun
             ev = grade(cand)
             round_.verdict, round_.evidence = ev.verdict, summarize(ev)
         else:
-            round_.verdict, round_.evidence = "no-change", "the agent left no change"
+            round_.verdict, round_.evidence = Verdict.NO_CHANGE, "the agent left no change"
         round_.note = "" if why.subtype == "success" else why.result
-        if why.subtype != "success" or round_.verdict in ("pass", "no-change"):
+        if why.subtype != "success" or round_.verdict in (Verdict.PASS, Verdict.NO_CHANGE):
             return why
         prompt, resume_id = agent.feedback(with_left_out(round_.evidence, cand.left_out)), said.session_id
     return why
@@ -244,7 +273,6 @@ def _account(outcome: Outcome, meter: Meter, run: AgentRun, start: float, *, cum
     outcome.num_turns = meter.requests
     outcome.api_duration_s = meter.api_duration_s
     outcome.duration_s = time.monotonic() - start
-    outcome.warnings += isolation_warnings()
     run.refused = list(meter.refused)
     run.partial = list(meter.partial)
     if run.partial:

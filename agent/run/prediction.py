@@ -10,81 +10,77 @@ apply to the base is `rejected`, with git's reason; neither is an error of the h
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
-import uuid
-from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Unpack
 
 from agent.agents import PREDICTION
-from agent.checks import Checker, Evaluation, TaskBroken
 from agent.checks.patchinfo import changes_anything
-from agent.env.workspace import PatchError, Workspace
+from agent.checks.grade import nothing_to_grade
+from agent.checks.verdicts import Verdict
+from agent.env.workspace import PatchError
 from agent.results.predictions import Prediction
 from agent.results.report import AgentRun
-from agent.run.exits import RunEnded, TaskUncheckable, as_interrupted
-from agent.run.loop import Outcome
-from agent.run.runner import Candidates, Emission, RunPaths, RunResult, final_emission, isolation_warnings, report_of
+from agent.run.exits import RunEnded
+from agent.run.graded import Contestant, Emission, GradedRun, RunResult, Where, final_emission, graded_run
 from agent.task import Task
 from agent.util.text import first_line
+
 
 class Graded(RunEnded):
     subtype = "success"
 
 
-def grade_prediction(
-    task: Task,
-    prediction: Prediction,
-    *,
-    out_dir: Path,
-    run_id: str,
-    job: str | None = None,
-    lock_dir: Path | None = None,
-    keep_workspace: bool = False,
-    on_event: Callable[[str, dict], None] = lambda kind, data: None,
-) -> RunResult:
-    """Grade `prediction`'s patch on `task`; write report.json, checks.json and the diff as a run does."""
-    paths = RunPaths.of(out_dir, run_id, job or task.id)
-    start = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f"perfagent-{task.id}-"))
-    checker = Checker(task, work / "checks", lock_dir=lock_dir, log=lambda m: on_event("log", {"message": m}))
-    candidates = Candidates(checker, paths.checks, on_event)
-    name = prediction.model_name_or_path
-    outcome = Outcome(cost_by_model={name: None})  # what the patch cost to make is not ours to know
-    patch = prediction.model_patch
-    try:
+@dataclass
+class PredictionContestant(Contestant):
+    """A patch another harness produced, applied to the task's base and graded once."""
+
+    prediction: Prediction
+
+    @property
+    def name(self) -> str:
+        return self.prediction.model_name_or_path
+
+    def prepare(self, run: GradedRun) -> None:
+        run.outcome.cost_by_model = {self.name: None}  # what the patch cost to make is not ours to know
+
+    def play(self, run: GradedRun) -> Emission:
+        patch, ws = self.prediction.model_patch, run.ws
+        assert ws is not None
         try:
-            checker.check_base()
-            ws = Workspace.create(task.repo, task.spec.base, work / "workspace")
             if not changes_anything(patch):
-                emission = Emission("", "", Evaluation(verdict="no-change", note="the prediction's patch is empty"))
+                emission = Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, "the prediction's patch is empty"))
             else:
                 ws.apply_patch(patch)
-                emission = final_emission(ws, candidates, outcome)
-            outcome.end(Graded(f"graded the patch {name} predicted"))
+                emission = final_emission(ws, run.candidates, run.outcome)
         except PatchError as e:
             why = f"the patch does not apply to the task's base: {first_line(str(e).removeprefix('error: '))}"
-            outcome.end(Graded(why))
-            emission = Emission("", patch, Evaluation(verdict="rejected", note=why))
-        except TaskBroken as e:
-            outcome.end(TaskUncheckable(str(e)))
-            emission = Emission("", "", Evaluation(verdict="error", error=str(e)))
-        except KeyboardInterrupt as e:
-            outcome.end(as_interrupted(e))
-            emission = Emission("", "", Evaluation(verdict="no-change", note=outcome.result))
-        outcome.duration_s = time.monotonic() - start
-        outcome.warnings += isolation_warnings()
-        emission.evaluation = emission.evaluation.model_copy(update={"warnings": outcome.warnings})
-        report = report_of(outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
-                           permission_denials=[], left_out=emission.left_out)
-        report = report.model_copy(update={"agent": AgentRun(name=PREDICTION, model=name)})
-        emission.write(paths)
-        report.write(paths.report)
-    finally:
-        try:
-            checker.close()
-        finally:
-            if not keep_workspace:
-                shutil.rmtree(work, ignore_errors=True)
-    return RunResult(report, paths, outcome)
+            run.outcome.end(Graded(why))
+            return Emission("", patch, nothing_to_grade(Verdict.REJECTED, why))
+        run.outcome.end(Graded(f"graded the patch {self.name} predicted"))
+        return emission
+
+    def salvage(self, run: GradedRun, signal_name: str) -> Emission:
+        return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, run.outcome.result))
+
+    def settle(self, run: GradedRun) -> dict[str, Any]:
+        return {"agent": agent_run(self.prediction)}
+
+
+def agent_run(prediction: Prediction) -> AgentRun:
+    """Who made the patch, and what it said of it: an ISO-Bench run folder keeps the agent's own result (its last
+    message as the claim, its cost as it reported it, never metered here)."""
+    own = (prediction.model_extra or {}).get("agent_result") or {}
+    run = AgentRun(name=PREDICTION, model=prediction.model_name_or_path)
+    if not isinstance(own, dict) or not own:
+        return run
+    cost = own.get("cost_usd")
+    return run.model_copy(update={
+        "claim": str(own.get("claim") or ""),
+        "own_cost_usd": float(cost) if isinstance(cost, (int, float)) else None,
+        "cost_note": f"self-reported by the agent ({own.get('file') or 'its result'}): not metered by perfagent"})
+
+
+def grade_prediction(task: Task, prediction: Prediction, **where: Unpack[Where]) -> RunResult:
+    """Grade `prediction`'s patch on `task`; write report.json, checks.json and the diff as a run does
+    (`where`: graded_run's, the grader seam included)."""
+    return graded_run(task, PredictionContestant(prediction), **where)

@@ -11,7 +11,8 @@ import openai
 import pytest
 from fakeserver import reply, tool_call
 
-from agent.agents.relay import PLACEHOLDER_KEY, Meter, Relay, Upstream, bridge_command, metered_usage, sse_events
+from agent.agents.metering import Meter
+from agent.agents.relay import PLACEHOLDER_KEY, Relay, Upstream, bridge_command
 from agent.env.sandbox import base_env, isolation, run_command
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, dearest_price, load_prices
@@ -160,6 +161,26 @@ def test_other_hosts_and_paths_are_refused_and_recorded(relay_for, fake_server):
     assert fake_server.requests == []
 
 
+TOO_LARGE = (64 << 20) + 1
+
+
+@pytest.mark.parametrize("framing", ["negative", "too long", "chunked too long"])
+def test_a_bad_or_too_large_body_is_a_413_in_the_providers_shape(relay_for, fake_server, framing):
+    import socket
+
+    framing = {"negative": lambda: b"content-length: -5\r\n\r\n",
+               "too long": lambda: b"content-length: %d\r\n\r\n" % TOO_LARGE,
+               "chunked too long": lambda: b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (
+                   TOO_LARGE, b"x" * TOO_LARGE)}[framing]()
+    relay, _ = relay_for("anthropic")
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(str(relay.socket_path))
+        raw.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: relay\r\n" + framing)
+        answer = raw.makefile("rb").read()  # the relay closes the connection after it
+    assert answer.startswith(b"HTTP/1.1 413") and b'"type": "invalid_request_error"' in answer
+    assert fake_server.requests == []
+
+
 def test_past_the_budget_nothing_more_reaches_the_provider(relay_for, fake_server):
     relay, _ = relay_for("anthropic", max_cost_usd=0.001)
     fake_server.script([reply("a", usage={"input_tokens": 1000, "output_tokens": 10})] * 2)
@@ -190,23 +211,6 @@ def test_an_unreachable_provider_is_a_502(tmp_path):
           client_over(relay) as http):
         resp = http.post("http://relay/v1/messages", json={"model": "m"})
     assert resp.status_code == 502 and "upstream unreachable" in resp.text
-
-
-def test_usage_is_read_from_every_wire_format():
-    anthropic_events = sse_events(
-        b'event: message_start\ndata: {"type":"message_start","message":{"model":"claude-x","usage":'
-        b'{"input_tokens":10,"output_tokens":1,"cache_read_input_tokens":4}}}\n\n'
-        b'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":7}}\n\n')
-    assert metered_usage("anthropic", "/v1/messages", None, anthropic_events) == (
-        "claude-x", Usage(input_tokens=10, output_tokens=7, cache_read=4))
-    responses = [{"type": "response.completed", "response": {"model": "gpt-5", "usage": {
-        "input_tokens": 100, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 9}}}]
-    assert metered_usage("openai", "/v1/responses", None, responses) == (
-        "gpt-5", Usage(input_tokens=60, output_tokens=9, cache_read=40))
-    chat = {"model": "gpt-4o", "usage": {"prompt_tokens": 50, "completion_tokens": 5}}
-    assert metered_usage("openai", "/v1/chat/completions", chat, []) == ("gpt-4o",
-                                                                         Usage(input_tokens=50, output_tokens=5))
-    assert metered_usage("anthropic", "/v1/messages", {"error": "x"}, []) is None
 
 
 @pytest.mark.skipif(isolation().mode != "bwrap", reason="needs bubblewrap")
@@ -243,31 +247,6 @@ def test_upstream_url_keeps_an_openai_prefix():
     up = Upstream("openai", "http://127.0.0.1:5/proxy/v1", None)
     assert up.url_for("/v1/chat/completions") == "http://127.0.0.1:5/proxy/v1/chat/completions"
     assert Upstream("anthropic", "http://h:1", None).url_for("/v1/messages") == "http://h:1/v1/messages"
-
-
-def test_a_request_that_fits_only_alone_waits_for_the_one_in_flight():
-    """Two requests of an agent, each of which could cost $1.30, under a $2 budget: the second waits until
-    the first is metered (at $0.0063) and then goes; neither stops the run. One that cannot fit even
-    alone is refused and stops it."""
-    import threading
-
-    from agent.agents.relay import Ticket
-
-    meter = Meter(load_prices(), max_cost_usd=2.0)
-    worst = Usage(input_tokens=1000, output_tokens=80_000)
-    assert meter.admit("a", Ticket("anthropic", "claude-sonnet-4-6", worst, 1.30)) is None
-    second: list[str | None] = []
-    waiting = threading.Thread(target=lambda: second.append(
-        meter.admit("b", Ticket("anthropic", "claude-sonnet-4-6", worst, 1.30))))
-    waiting.start()
-    waiting.join(0.5)
-    assert waiting.is_alive() and not meter.stopped.is_set(), "the second request did not wait"
-    meter.settle("a", "claude-sonnet-4-6", Usage(input_tokens=1000, output_tokens=200), 0.1)
-    waiting.join(5)
-    assert second == [None] and not meter.stopped.is_set()
-    meter.settle("b", "claude-sonnet-4-6", Usage(input_tokens=1000, output_tokens=200), 0.1)
-    assert meter.admit("c", Ticket("anthropic", "claude-sonnet-4-6", worst, 2.5)) == "reservation"
-    assert meter.stop_reason == "budget" and meter.refused_worst_usd == 2.5
 
 
 def test_a_model_not_the_runs_is_refused_in_the_anthropic_shape(relay_for, fake_server):
@@ -327,7 +306,7 @@ def test_an_unpriced_model_is_reserved_and_charged_at_the_dearest_price(relay_fo
     from agent.results.report import AgentRun
     from agent.run.external import _account
     from agent.run.loop import Outcome
-    from agent.run.runner import report_of
+    from agent.run.graded import report_of
 
     outcome = Outcome()
     _account(outcome, relay.meter, AgentRun(name="hostile", model="claude-opus-9-9"), time.monotonic())
@@ -335,24 +314,3 @@ def test_an_unpriced_model_is_reserved_and_charged_at_the_dearest_price(relay_fo
     assert doc["total_cost_usd"] == pytest.approx(0.09) and doc["unpriced"] == 1
     assert any("charged at the dearest" in w for w in outcome.warnings)
     assert "unpriced" not in report_of(Outcome(), session_id="s", evaluation=None, permission_denials=[]).to_dict()
-
-
-def test_web_searches_are_read_off_the_wire_and_reserved():
-    from agent.agents.relay import request_worst_case
-
-    message = {"model": "claude-sonnet-4-6", "usage": {"input_tokens": 10, "output_tokens": 5,
-                                                       "server_tool_use": {"web_search_requests": 2}}}
-    assert metered_usage("anthropic", "/v1/messages", message, []) == (
-        "claude-sonnet-4-6", Usage(input_tokens=10, output_tokens=5, web_search_requests=2))
-    streamed = [{"type": "message_start", "message": {"model": "claude-sonnet-4-6", "usage": {"input_tokens": 10}}},
-                {"type": "message_delta", "usage": {"output_tokens": 5, "server_tool_use": {"web_search_requests": 3}}}]
-    assert metered_usage("anthropic", "/v1/messages", None, streamed)[1].web_search_requests == 3
-    response = {"model": "gpt-5", "output": [{"type": "web_search_call", "id": "ws_1"}, {"type": "message"}],
-                "usage": {"input_tokens": 100, "output_tokens": 9}}
-    assert metered_usage("openai", "/v1/responses", response, [])[1].web_search_requests == 1
-    meter = Meter(load_prices())
-    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "tools": [
-        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]}
-    ticket = request_worst_case(meter, "anthropic", "/v1/messages", body, 300)
-    plain = request_worst_case(meter, "anthropic", "/v1/messages", {**body, "tools": []}, 300)
-    assert ticket.worst.web_search_requests == 5 and ticket.reserved_usd == pytest.approx(plain.reserved_usd + 0.05)

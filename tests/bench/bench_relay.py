@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fakeserver import FakeServer, reply  # noqa: E402
 
-from agent.agents.relay import Meter, Relay, Upstream, bridge_command  # noqa: E402
+from agent.agents.metering import Meter  # noqa: E402
+from agent.agents.relay import Relay, Upstream, bridge_command  # noqa: E402
 from agent.env.sandbox import base_env, run_command  # noqa: E402
 from agent.models.pricing import load_prices  # noqa: E402
 

@@ -4,6 +4,7 @@ checkout, no process: these run in milliseconds (the end-to-end paths are tested
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, De
                                      InitcheckResult, OutsideClock, PerfResult, ReadSiteResult, SanitizerResult,
                                      UninitRead)
 from agent.checks.evidence import Evidence, EvidenceError, load_recorded
-from agent.checks.grade import CARRIED, FINAL, RULES, grade
+from agent.checks.grade import CARRIED, FINAL, RULES, grade, judge_perf
 from agent.checks.integrity import Flag, IntegrityResult
 from agent.task import TaskSpec
 from agent.util.seal import load_key, write_sealed_json
@@ -33,8 +34,8 @@ def passing(**update) -> Evidence:
                  correctness=Correctness(plain=run("plain"), poison=run("poison")),
                  coverage=CoverageResult(changed=["m.py:3"], covered=["m.py:3"]), sanitizer=SanitizerResult(),
                  read_sites=[ReadSiteResult(buffer="m.py:3", line=5, executed=True)],
-                 perf=PerfResult(metric="ms", direction="lower", ratio=0.5, ci_low=0.45, ci_high=0.55,
-                                 verdict="faster", baseline_samples=[2.0] * 8, candidate_samples=[1.0] * 8))
+                 perf=judge_perf(PerfResult(metric="ms", direction="lower", baseline_samples=[2.0] * 8,
+                                            candidate_samples=[1.0] * 8), SPEC.perf))
     return e.model_copy(update=update)
 
 
@@ -206,3 +207,64 @@ def test_check_strict_is_a_gate_for_ci(tmp_path):
     assert main(["check", task, "--regrade", broken, "--json", str(tmp_path / "out.json")]) == 0
     assert main(["check", task, "--regrade", broken, "--strict", "--json", str(tmp_path / "out.json")]) == 3
     assert main(["check", task, "--regrade", clean, "--strict", "--json", str(tmp_path / "out.json")]) == 0
+
+
+def test_regrade_judges_the_speed_again_under_a_changed_min_effect(tmp_path):
+    """A recorded run's samples, re-judged through the CLI: an interval 1.2% wide is a finding of no
+    change under a 5% minimum effect, and too wide to tell under a 1% one; the recorded run is not touched."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import make_tiny_task
+
+    base = [10.0 + 0.1 * i for i in range(10)]
+    noise = [0.012, -0.009, 0.006, -0.012, 0.003, -0.006, 0.009, -0.003, 0.0, 0.006]
+    recorded = PerfResult(metric="ms", direction="lower", baseline_samples=base, seed=7, alpha=0.017181396484375,
+                          candidate_samples=[b * (1 + x) for b, x in zip(base, noise)], n_pairs=10)
+
+    def task(min_effect: float) -> str:
+        return str(make_tiny_task(tmp_path, file=f"t-{min_effect}.toml",
+                                  extra=f'[perf]\ncommand = "python b.py"\nmetric = "ms"\nmin_effect = {min_effect}\n'))
+
+    def regrade(task_file: str, job: Path) -> dict:
+        done = subprocess.run([sys.executable, "-m", "agent.cli", "check", task_file, "--regrade", str(job), "--json",
+                               "-"], capture_output=True, text=True, env=os.environ, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)[-1]["perf"]
+
+    loose = TaskSpec.model_validate({**SPEC.model_dump(), "perf": {**SPEC.perf.model_dump(), "min_effect": 0.05}})
+    e = passing(perf=judge_perf(recorded, loose.perf))
+    job = tmp_path / "results" / "r1" / "tiny"
+    job.mkdir(parents=True)
+    write_sealed_json(job / "checks.json", [{"time": 0, "full": True, "evidence": e.model_dump(mode="json"),
+                                             "evaluation": grade(e, loose).model_dump(mode="json")}])
+    sealed = (job / "checks.json").read_bytes()
+    assert e.perf.verdict == "no significant change" and e.perf.precise
+    assert regrade(task(0.05), job)["verdict"] == "no significant change"
+    strict = regrade(task(0.01), job)
+    assert strict["verdict"] == "inconclusive" and not strict["precise"] and strict["min_effect"] == 0.01
+    assert (job / "checks.json").read_bytes() == sealed
+
+
+def test_nothing_to_grade_writes_only_the_verdicts_that_need_no_evidence():
+    from agent.checks.grade import nothing_to_grade
+    from agent.checks.verdicts import Verdict
+
+    broken = nothing_to_grade(Verdict.ERROR, "the baseline's bench fails")
+    assert broken.verdict == "error" and broken.error == "the baseline's bench fails" and broken.note is None
+    empty = nothing_to_grade(Verdict.NO_CHANGE, "the agent made no change")
+    assert empty.model_dump(mode="json")["verdict"] == "no-change" and empty.note == "the agent made no change"
+    assert nothing_to_grade(Verdict.REJECTED, "does not apply").note == "does not apply"
+    for graded in (Verdict.PASS, Verdict.FAIL, Verdict.UNVERIFIED, Verdict.SUSPICIOUS):
+        with pytest.raises(ValueError, match="needs evidence"):
+            nothing_to_grade(graded, "why")
+
+
+def test_grade_judges_recorded_pairs_again_and_leaves_figures_without_pairs_as_recorded():
+    faster = passing()
+    assert grade(faster, SPEC).perf.verdict == "faster"
+    higher = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"direction": "higher"})})
+    assert grade(faster, higher).perf.verdict == "slower" and grade(faster, higher).speedup == pytest.approx(0.5)
+    old = PerfResult(metric="ms", direction="lower", ratio=0.01, verdict="faster")
+    assert grade(passing(perf=old), higher).perf == old

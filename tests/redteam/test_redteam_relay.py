@@ -25,7 +25,8 @@ import pytest
 from fakeserver import hang, reply
 
 import agent.agents.relay as relay_module
-from agent.agents.relay import Meter, Relay, Upstream
+from agent.agents.metering import Meter
+from agent.agents.relay import Relay, Upstream
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, load_prices
 from agent.results.report import AgentRun

@@ -15,7 +15,7 @@ from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
 from agent.results.layout import model_slug
 from agent.batch.executors import clear_job
 from agent.run.names import NAME, BadName, check_job, check_run_id
-from agent.run.runner import RunPaths
+from agent.run.graded import RunPaths
 from helpers import make_repo
 
 TASK = '''id = "t"
