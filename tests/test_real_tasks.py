@@ -130,6 +130,7 @@ def test_without_the_encoder_decoder_mode_its_read_sites_make_the_patch_unverifi
     assert ev["verdict"] == "unverified", ev["reasons"]
     missed = {s["line"]: s["guard"] for s in ev["read_sites"] if not s["executed"]}
     assert missed.get(967) == "not self.use_mla and layer.is_cross_attention", missed
-    assert missed.get(1741) == "encoder_lens is not None", missed
+    # the replay's cumsum at 1741 reads it right after `copy_` writes every element (broadcast): not a read site
+    assert 1741 not in missed, missed
     assert any(r.startswith(f"{backend}:967 reads the buffer allocated uninitialised at line 1326")
                for r in ev["reasons"])

@@ -287,7 +287,7 @@ def test_a_bench_printing_the_metric_once_per_timed_call_is_measured(tmp_path, c
     task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False,
                           files={**FIXTURE, "bench/bench.py": MULTI_LINE_BENCH})
     patch = tmp_path / "faster.diff"
-    patch.write_text(make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 6_000")}))
+    patch.write_text(make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 12_000")}))
     code = main(["check", str(tmp_path / "task.toml"), "--patch", str(patch), "--json", "--lock-dir",
                  str(tmp_path / "locks")])
     ev = json.loads(capsys.readouterr().out)
