@@ -9,6 +9,8 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -407,3 +409,20 @@ def make_tiny_task(root: Path, *, task_id: str = "tiny", with_g: bool = True, ex
     make_repo(root / "src", {"pkg/__init__.py": "", "pkg/mod.py": mod, "tests/test_mod.py": test})
     (root / file).write_text(TINY_TOML.format(id=task_id) + extra)
     return root / file
+
+
+def perfagent_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`perfagent ARGS` as a subprocess in `cwd`, with a bare environment (HOME there, the suite's locks)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COLUMNS": "200", "HOME": str(cwd),
+           "PERFAGENT_LOCK_DIR": os.environ["PERFAGENT_LOCK_DIR"]}
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, check=False, timeout=300)
+
+
+def commit(repo, files: dict[str, str], message: str) -> str:
+    root = Path(repo.working_tree_dir)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    repo.index.add(list(files))
+    return repo.index.commit(message, author=AUTHOR, committer=AUTHOR).hexsha

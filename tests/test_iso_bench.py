@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import AUTHOR, make_repo
+from helpers import commit, make_repo, perfagent_cli as perfagent
 
 from agent.iso_bench import read_configs, read_run_folder, task_id
 from agent.task import load_task
@@ -35,21 +35,6 @@ for _ in range(20):
     total(xs)
 print(f"{20 / (time.perf_counter() - t0):.3f}")
 '''
-
-
-def perfagent(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COLUMNS": "200", "HOME": str(cwd),
-           "PERFAGENT_LOCK_DIR": os.environ["PERFAGENT_LOCK_DIR"]}
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, check=False, timeout=300)
-
-
-def commit(repo, files: dict[str, str], message: str) -> str:
-    root = Path(repo.working_tree_dir)
-    for name, text in files.items():
-        (root / name).write_text(text)
-    repo.index.add(list(files))
-    return repo.index.commit(message, author=AUTHOR, committer=AUTHOR).hexsha
 
 
 @pytest.fixture

@@ -11,28 +11,12 @@ from pathlib import Path
 
 import git
 import pytest
-from helpers import AUTHOR, make_repo
+from helpers import commit, make_repo, perfagent_cli as perfagent
 
 from agent.task import load_task, tomllib
 from agent.task_import import toml_str
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def perfagent(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COLUMNS": "200", "HOME": str(cwd),
-           "PERFAGENT_LOCK_DIR": os.environ["PERFAGENT_LOCK_DIR"]}
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, check=False, timeout=300)
-
-
-def commit(repo, files: dict[str, str], message: str) -> str:
-    root = Path(repo.working_tree_dir)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    repo.index.add(list(files))
-    return repo.index.commit(message, author=AUTHOR, committer=AUTHOR).hexsha
 
 
 def diff(repo, a: str, b: str) -> str:
