@@ -5,7 +5,9 @@ figure: the bundled target's tests on CUDA (plain, poisoned, real graph capture 
 naive all-`torch.empty` change caught (poisoned tests name the modes, the sanitizer the buffers,
 compute-sanitizer's initcheck the kernels), the reference patch graded with CUDA-event timings,
 an A/A that must find no difference, a batch whose measurements must never overlap on the device,
-and a padded (non-captured) batch size under poison. Each step goes on after a failed one; the
+a padded (non-captured) batch size under poison, and the padding matrix: every graph mode at three
+batch-size classes, graph and eager, poisoned and under initcheck, for the all-empty change and the
+reference. Each step goes on after a failed one; the
 most important run first, and a step that would start past the time budget is skipped, saying so.
 
 Out, under $OUT: summary.json (each step's pass/fail and figures), gpu.log (every command's
@@ -396,8 +398,68 @@ def step_padded(run: Run) -> dict:
     return figures
 
 
+MATRIX = ROOT / ".ci" / "padding_matrix.py"
+MATRIX_TESTS = 'python -m pytest -q tests -k "test_matrix or extend"'  # the extend tests run the read sites
+
+
+def matrix_task(run: Run) -> Path:
+    """The bundled task on a copy of the target whose tests are the padding matrix (initcheck on)."""
+    repo = run.work / "matrix-base"
+    if not repo.exists():
+        shutil.copytree(TARGET, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        shutil.copy(MATRIX, repo / "tests" / "test_padding_matrix.py")
+        git = ["git", "-c", "user.name=gpu", "-c", "user.email=gpu@localhost", "-c", "core.hooksPath=/dev/null"]
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base with the padding matrix"]):
+            subprocess.run(git + args, cwd=repo, check=True)
+    text = graded_task(run, "matrix", initcheck=True).read_text().replace(f'repo = "{TARGET}"', f'repo = "{repo}"')
+    text = text.replace(f"command = {json.dumps(GRADED_TESTS)}", f"command = {json.dumps(MATRIX_TESTS)}")
+    task = run.work / "matrix.toml"
+    task.write_text(text)
+    return task
+
+
+def step_padding_matrix(run: Run) -> dict:
+    """Every graph mode at three batch-size classes (captured, padded onto a larger graph, eager-only
+    beyond the largest), through the graph runner and eagerly, for the all-empty change and the
+    reference: the poisoned matrix, and `perfagent check` with initcheck on the matrix as its tests."""
+    changes = {"reference": (reference_copy(run), REFERENCE),
+               "all_empty": (target_copy(run, "all-empty", all_empty), diff_of(run, "matrix-all-empty", all_empty))}
+    task = matrix_task(run)
+
+    def one(name: str) -> dict:
+        repo, patch = changes[name]
+        shutil.copy(MATRIX, repo / "tests" / "test_padding_matrix.py")
+        r = pytest_run(run, f"matrix-{name}-poisoned", repo, "-k", "test_matrix", poison=True)
+        (repo / "tests" / "test_padding_matrix.py").unlink()
+        ev = run.perfagent(f"check-matrix-{name}", ["check", str(task), "--patch", str(patch), "--no-perf"])
+        failing = sorted(t.removeprefix("test_matrix") for t, k in r["outcomes"].items() if k in ("failure", "error"))
+        return {"poisoned": {"passed": r["passed"], "failed": r["failure"] + r["error"],
+                             "failing_modes": r["failing_modes"], "failing_cells": failing},
+                "check": {"verdict": ev.get("verdict"), "reasons": [x[:300] for x in ev.get("reasons", [])]},
+                "initcheck": initcheck_figures(ev)}
+
+    with ThreadPoolExecutor(2) as pool:
+        figures = dict(zip(changes, pool.map(one, changes)))
+    ref, empty = figures["reference"], figures["all_empty"]
+    problems = []
+    if ref["poisoned"]["failed"] or ref["check"]["verdict"] != "pass" or ref["initcheck"]["reads"]:
+        problems.append(f"the reference at some class: {ref['poisoned']['failing_cells'][:6]}, "
+                        f"check {ref['check']['verdict']}, initcheck {ref['initcheck']['reads'][:3]}")
+    if not ref["initcheck"]["measured"]:
+        problems.append(f"initcheck did not measure the reference's matrix: {ref['initcheck']['note']}")
+    if len(empty["poisoned"]["failing_modes"]) < 3 or empty["check"]["verdict"] != "fail":
+        problems.append(f"all-empty failed in modes {empty['poisoned']['failing_modes']} (want 3 or more), "
+                        f"check {empty['check']['verdict']} (want fail)")
+    if not empty["initcheck"]["reads"]:
+        problems.append(f"initcheck named no kernel for all-empty ({empty['initcheck']['note'] or 'none found'})")
+    if problems:
+        raise StepFailed("; ".join(problems), figures)
+    return figures
+
+
 STEPS = [("environment", step_environment), ("target_tests", step_target_tests), ("all_empty", step_all_empty),
-         ("reference", step_reference), ("a_a", step_a_a), ("padded", step_padded), ("batch", step_batch)]
+         ("reference", step_reference), ("a_a", step_a_a), ("padded", step_padded),
+         ("padding_matrix", step_padding_matrix), ("batch", step_batch)]
 
 
 def main() -> int:

@@ -12,8 +12,7 @@ from rich.table import Table
 
 from agent import __version__
 from agent.agents import AGENT_NAMES, OWN_AGENT, join_spec, make_agent
-from agent.env.workspace import PatchError, check_task_base, checked_bases
-from agent.options import RunOptions, above_zero, add_run_flags, at_least, options_from_args
+from agent.options import RunOptions, above_zero, add_run_flags, at_least, empty_flags, options_from_args
 from agent.run.entry import EXIT_BAD_INPUT, RunRequest, UserError, guarded, run_request
 from agent.task import Task, TaskError, load_task, load_task_set
 
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
 
 
 def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
+    from agent.env.workspace import checked_bases
+
     try:
         entries = checked_bases(load_task_set(args.path))
     except TaskError as e:
@@ -150,6 +151,8 @@ def cmd_lint(args: argparse.Namespace, out: Console) -> int:
 
 def _lint_task(task_file: str, paths: list[Path]) -> Task:
     """The task whose checks verify the rewrites; every PATH must be inside its (local) repo."""
+    from agent.env.workspace import check_task_base
+
     task = load_task(task_file)
     check_task_base(task)
     if task.repo_is_url:
@@ -217,9 +220,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     import shutil
     import tempfile
 
-    from agent.checks import Checker, evaluation_table, grade
-    from agent.checks.patchinfo import is_unified_diff
-    from agent.util.seal import write_sealed
+    from agent.env.workspace import PatchError, check_task_base
 
     patch_only = [f for f, given in (("--quick", args.quick), ("--no-perf", args.no_perf),
                                      ("--reference", args.reference), ("--json", args.json),
@@ -246,8 +247,14 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
         patch = Path(args.patch).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{args.patch}: cannot read patch: {getattr(e, 'strerror', None) or e}") from None
-    if patch.strip() and not is_unified_diff(patch):
-        raise UserError(f"{args.patch}: not a unified diff (no 'diff --git' or '---'/'+++' file header)")
+    from agent.checks.patchinfo import unreadable
+
+    why = unreadable(patch)  # a diff cut short or a header alone is no patch, not one that changes nothing
+    if why:
+        raise UserError(f"{args.patch}: not a unified diff git can read: {why}")
+    from agent.checks import Checker, evaluation_table, grade
+    from agent.util.seal import write_sealed
+
     err = Console(stderr=True)
     log = (lambda m: None) if args.json == "-" else (lambda m: err.print(f"[dim]{m}[/]", highlight=False))
     work = Path(tempfile.mkdtemp(prefix=f"perfagent-check-{task.id}-"))
@@ -294,6 +301,9 @@ def _regrade(task: Task, path: Path, json_to: str | None, out: Console, strict: 
         raise UserError(str(e)) from None
     if not recorded:
         raise UserError(f"{path}: no gradings recorded")
+    others = sorted({r.evidence.task_id for r in recorded} - {task.id, ""})
+    if others:  # another task's evidence graded under this task's rules would print its verdict under this name
+        raise UserError(f"{path}: evidence of task {others[0]!r}, not {task.id!r}: regrade it with that task's file")
     evs = [grade(r.evidence, task.spec) for r in recorded]
     if json_to:
         text = json.dumps([ev.model_dump(mode="json") for ev in evs], indent=2)
@@ -314,16 +324,16 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
     from agent.run.model_spec import check_spec
 
     run_id, plan = _batch_run(args)
-    given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else []
+    given = [m.strip() for m in args.models.split(",") if m.strip()] if args.models is not None else []
+    if args.models is not None and not given:
+        raise UserError(f"--models {args.models!r} names no model: give comma-separated specs, or leave it out")
     given += [_contestant_spec(agent, model) for agent, model in args.contestants or []]
     for spec in given:  # every one, before anything is planned: a typo in the last is found now
         agent, model = split_spec(spec)
         if agent == PREDICTION:
             raise UserError(f"{spec}: predictions are graded with perfagent check SET --predictions FILE")
         if agent == OWN_AGENT:
-            check_spec(model)
-        else:
-            make_agent(agent, model)
+            check_spec(model)  # an external agent's name is known (split_spec) and takes any model
     models = given or plan.models or ["rules"]
     return _run_set(args, out, run_id, plan, source=args.set or plan.source, models=models,
                     samples=args.samples or plan.samples or 1)
@@ -348,7 +358,7 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
     beside the contestants unless --no-baseline; its summary tables; exit 1 if any job failed."""
     from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
     from agent.batch.subset import SubsetError, choose
-    from agent.results.layout import PREDICTIONS, run_folder
+    from agent.results.layout import graded_predictions, run_folder
     from agent.results.predictions import PredictionsError, read_predictions
     from agent.results.tables import summary_tables
     from agent.run.entry import require_sandbox
@@ -360,7 +370,7 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
     run_dir = run_folder(Path(args.out).resolve(), run_id)
     if predictions is None and plan.predictions:  # a resumed `check --predictions`: the patches it read then
         try:
-            predictions = read_predictions([run_dir / PREDICTIONS])
+            predictions = read_predictions([graded_predictions(run_dir)])
         except PredictionsError as e:
             raise UserError(str(e)) from None
     opts = options_from_args(args)
@@ -421,12 +431,17 @@ def _iso_runs(folders: list[Path], task_set: str) -> "list[Prediction]":
 def _check_predictions(args: argparse.Namespace, out: Console) -> int:
     """`check SET --predictions FILE...`: every prediction graded as a batch job, beside the baseline."""
     from agent.agents import PREDICTION
-    from agent.results.predictions import PredictionsError, read_predictions
+    from agent.results.predictions import GOLD, PredictionsError, gold_predictions, read_predictions
 
-    files = [str(Path(f).resolve()) for f in args.predictions]
+    files = [str(Path(f).resolve()) for f in args.predictions if f != GOLD]
     try:
         predictions = read_predictions([f for f in files if not Path(f).is_dir()])
         predictions += _iso_runs([Path(f) for f in files if Path(f).is_dir()], args.task)
+        if GOLD in args.predictions:  # every task's reference patch, as SWE-bench's `--predictions_path gold`
+            gold, missing = gold_predictions(args.task)
+            predictions, files = predictions + gold, files + [GOLD]
+            if missing:
+                print(f"note: no reference patch, not graded: {', '.join(missing)}", file=sys.stderr)
     except PredictionsError as e:
         raise UserError(str(e)) from None
     run_id, plan = _batch_run(args)
@@ -436,11 +451,21 @@ def _check_predictions(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_review(args: argparse.Namespace, out: Console) -> int:
-    from agent.review.load import ReviewError, load_results
+    from agent.review.load import ReviewError
     from agent.review.terminal import render_review
 
+    if args.trajectory or args.turn is not None:  # one job's turns, step by step
+        from agent.review.trajectory import TrajectoryError, show_trajectory
+
+        if args.json:
+            raise UserError("--json shows runs; --trajectory shows one job's turns as text")
+        try:
+            sys.stdout.write(show_trajectory(args.results, task=args.task, turn=args.turn))
+        except TrajectoryError as e:
+            raise UserError(str(e)) from None
+        return 0
     try:
-        results = load_results(args.results)
+        results = _results(args.results, args.all)
         if getattr(args, "json", False):
             import json
 
@@ -448,18 +473,40 @@ def cmd_review(args: argparse.Namespace, out: Console) -> int:
 
             print(json.dumps(review_json(results, task=args.task, sort=args.sort), indent=2))
         else:
-            render_review(out, results, task=args.task, sort=args.sort)
+            render_review(out, results, task=args.task, sort=args.sort, diff=args.diff, findings=args.findings)
     except ReviewError as e:
+        raise UserError(str(e)) from None
+    return 0
+
+
+def _results(path: str, pooled: bool):
+    """One run's results; with --all, a folder of several runs pooled into one view, and a line that says so."""
+    from agent.review.load import load_results, several_runs
+
+    results = load_results(path, pooled=pooled)
+    runs = several_runs(Path(path)) if pooled else []
+    if runs:
+        print(f"note: {len(runs)} runs pooled into one view (--all): {', '.join(r.name for r in runs)}",
+              file=sys.stderr)
+    return results
+
+
+def cmd_runs(args: argparse.Namespace, out: Console) -> int:
+    from agent.review.runs import RunsError, runs_text
+
+    try:
+        sys.stdout.write(runs_text(args.dir, as_json=args.json))
+    except RunsError as e:
         raise UserError(str(e)) from None
     return 0
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from agent.review.html import write_html
-    from agent.review.load import ReviewError, load_results
+    from agent.review.load import ReviewError
 
     try:
-        results = load_results(args.results)
+        results = _results(args.results, args.all)
     except ReviewError as e:
         raise UserError(str(e)) from None
     path = write_html(results, Path(args.html))
@@ -534,6 +581,8 @@ class _Contestant(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
                  option: str | None = None) -> None:
+        if not str(value).strip():  # an unset shell variable: never the default model
+            raise argparse.ArgumentError(self, "empty value: give a model, or leave it out for the default")
         pairs = list(getattr(namespace, self.dest) or [])
         if option == "--agent":
             pairs.append([str(value), ""])
@@ -656,7 +705,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="grade another harness's predictions (SWE-bench/GSO form: JSON lines or a list of "
                            "instance_id, model_name_or_path, model_patch; or sb-cli's {instance_id: {...}}; or an "
                            "ISO-Bench run folder, its agent's own claims and cost kept beside the evidence) "
-                           "against the tasks of the set TASK names, as a batch; repeat for more samples")
+                           "against the tasks of the set TASK names, as a batch; repeat for more samples; the "
+                           "word gold: every task's own reference patch, as SWE-bench's --predictions_path gold")
     c.add_argument("--evidence", default=None, metavar="FILE",
                    help="also write what the checks found (the evidence the verdict was graded from) to FILE, "
                         "sealed with this machine's key in FILE.mac (--regrade grades nothing else)")
@@ -696,12 +746,31 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--task", default=None, help="show this task's runs (or one job key) in detail")
     rv.add_argument("--sort", choices=("job", "speedup", "cost", "verdict"), default="job",
                     help="order of the run list: job key (default), best speedup, lowest cost, or outcome")
+    rv.add_argument("--all", action="store_true",
+                    help="RESULTS_DIR holds several runs (results/ itself): pool them into one view (else refused, "
+                         "naming them)")
     rv.add_argument("--json", action="store_true",
                     help="print the runs (records, figures, diffs; with --task each run's report) as JSON instead")
+    rv.add_argument("--trajectory", action="store_true",
+                    help="step through one job's turns: what the agent said, its tool calls and their outputs, each "
+                         "grading (a run of several jobs: pick one with --task KEY)")
+    rv.add_argument("--turn", type=at_least(1), default=None, metavar="N",
+                    help="with --trajectory: only turn N, its outputs whole")
+    rv.add_argument("--diff", action="store_true",
+                    help="print each run's whole diff after its detail (by default: a summary, as git diff --stat)")
+    rv.add_argument("--findings", action="store_true",
+                    help="print the agent's whole final summary (the rules policy's decisions and lint findings)")
     rv.set_defaults(func=cmd_review)
+    rn = sub.add_parser("runs", help="list the runs in a results folder: date, tasks, contestants, headline")
+    rn.add_argument("dir", nargs="?", default="results", metavar="DIR",
+                    help="a results folder (default: results), or one run's folder")
+    rn.add_argument("--json", action="store_true", help="print the runs as a JSON list instead")
+    rn.set_defaults(func=cmd_runs)
     rp = sub.add_parser("report", help="one self-contained HTML report of a run or batch")
     rp.add_argument("results", metavar="RESULTS_DIR", help="results/<run-id> (or one job folder inside it)")
     rp.add_argument("--html", required=True, metavar="OUT.html", help="the HTML file to write")
+    rp.add_argument("--all", action="store_true",
+                    help="RESULTS_DIR holds several runs (results/ itself): pool them into one report (else refused)")
     rp.set_defaults(func=cmd_report)
     cp = sub.add_parser("compare", help="what changed between two batch runs, task by task")
     cp.add_argument("run_a", metavar="RUN_A", help="results/<run-id> of the earlier run")
@@ -731,9 +800,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["tasks", "import"]:  # a word `tasks PATH` cannot take as its optional positional
         argv = [TASKS_IMPORT, *argv[2:]]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out = Console(stderr=False)
-    return guarded(lambda: args.func(args, out))
+    return guarded(lambda: _call(parser, args, out))
+
+
+def _call(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Console) -> int:
+    """The command, once no argument is empty: `--models "$M"` with M unset is a mistake, not the default."""
+    empty = empty_flags(parser, args)
+    if empty:
+        raise UserError(f"{empty[0]} is empty (an unset shell variable?): give it a value, or leave it out")
+    return args.func(args, out)
 
 
 if __name__ == "__main__":

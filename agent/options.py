@@ -90,9 +90,25 @@ def above_zero(text: str) -> float:
     return value
 
 
+def base_url(text: str) -> str:
+    """An argparse type: an http(s) URL with a host. `localhost:8000` would reach no server, only after
+    a whole run had been set up; it is refused at once."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        hint = f": write http://{text.strip()} or https://{text.strip()}" if "://" not in text else ""
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL with a host{hint}")
+    return text.strip()
+
+
 # (flag, RunOptions field, add_argument keywords, help in `perfagent run`): the flags run and batch share.
 SHARED_FLAGS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
-    ("--base-url", "base_url", {}, "API base URL (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)"),
+    ("--base-url", "base_url", {"type": base_url},
+     "API base URL, http(s)://HOST[:PORT][/PATH] (else ANTHROPIC_BASE_URL / OPENAI_BASE_URL)"),
     ("--stream", "stream", {"action": "store_true"}, "use the streaming API"),
     ("--max-turns", "max_turns", {"type": at_least(1)},
      "stop after N model turns (default: the task's budget.max_turns)"),
@@ -124,3 +140,18 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         if given.get(path):
             given[path] = Path(given[path]).resolve()
     return RunOptions(**given)
+
+
+def empty_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The arguments given an empty value (`--models ""`: an unset shell variable). An empty value never
+    means "the default": read as left out, `--models ""` would start the default batch."""
+    found: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            found += empty_flags(chosen, args) if chosen is not None else []
+            continue
+        value = getattr(args, action.dest, None)
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            found.append(action.option_strings[0] if action.option_strings else str(action.metavar or action.dest))
+    return found

@@ -99,6 +99,20 @@ class PerfSpec(_Spec):
     # A hint, not a bound: a speedup beyond it is confirmed only where the harness's clock sees a
     # saving that is positive, not merely one it cannot rule out (agent.checks.confirm).
     max_speedup: float = Field(default=10.0, gt=1)
+    # A command that times one call, the first, in a fresh process (the bench with one repeat and no
+    # warm-up). With it, a gain beyond max_speedup must show on the first call too: a gain that
+    # appears only when the call repeats in one process is one cached across calls, which a server
+    # that initialises once never sees (agent.checks.firstcall).
+    first_call: str | None = Field(default=None, min_length=1)
+    # The bench repeats its call in one process: every gain, not only one beyond the hint, is checked
+    # on the first call.
+    repeated_calls: bool = False
+
+    @model_validator(mode="after")
+    def _repeats_need_a_first_call(self) -> PerfSpec:
+        if self.repeated_calls and self.first_call is None:
+            raise ValueError("repeated_calls = true needs first_call (the command that times the first call)")
+        return self
 
 
 class ReferenceSpec(_Spec):

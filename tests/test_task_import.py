@@ -510,6 +510,8 @@ def test_a_gso_test_that_reads_repository_files_through_the_working_folder_grade
         assert (gso_cwd / "ev.json").is_file(), res.stdout + res.stderr
         ev = json.loads((gso_cwd / "ev.json").read_text())
         assert ev["verdict"] == verdict, (patch, res.returncode, ev["reasons"], ev["correctness"])
+    # GSO's equivalence message is the reason, and no buffer is blamed: no process imported torch (issue 46)
+    assert ev["reasons"] == ["tests fail: gso_test_0.py (AssertionError: not equivalent)"], ev["reasons"]
 
 
 def test_the_swebench_runner_grades_skipped_and_cut_off_ids_as_swebench_does(tmp_path):

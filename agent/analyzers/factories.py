@@ -19,6 +19,9 @@ _ZERO_METHODS = {"new_zeros": "new_empty", "new_full": "new_empty"}
 _EMPTY_FUNCS = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
 _EMPTY_METHODS = {"new_empty", "new_empty_strided"}
 _FILL_FORMS = {"torch.full", "torch.full_like", "new_full"}  # fill value: positional 1 or fill_value=
+# Memory that reaches a tensor without aten's allocators, unwritten: numpy's, a raw storage's, a grown one.
+_HOST_EMPTY = {"numpy.empty", "numpy.empty_like"}
+_WRAPS = {"torch.from_numpy", "torch.as_tensor", "torch.asarray", "torch.tensor", "torch.frombuffer"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ def classify(call: cst.Call, ctx: ModuleContext) -> Factory | None:
         return None
     qual = ctx.qualified(call.func)
     method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    host = _host(call, qual, method, ctx)
+    if host is not None:
+        return Factory(name=host, zero=False)
     is_func = qual in _ZERO_FUNCS or qual in _EMPTY_FUNCS
     name = qual if is_func else f".{method}" if method in _ZERO_METHODS or method in _EMPTY_METHODS else None
     if name is None:
@@ -64,6 +70,26 @@ def classify(call: cst.Call, ctx: ModuleContext) -> Factory | None:
             attr_form = False  # `dtype=None` beside an int fill: no single-argument edit keeps the dtype
     return Factory(name=name, zero=True, fixable=attr_form, new_attr=new_attr, drop_arg=drop,
                    add_dtype=add_dtype, grad=grad)
+
+
+def _host(call: cst.Call, qual: str | None, method: str | None, ctx: ModuleContext) -> str | None:
+    """The name of an allocation outside aten that leaves its memory unwritten, or None: `np.empty(...)`,
+    `np.ndarray(shape)` (no buffer), `torch.UntypedStorage(n)`, `x.resize_(...)`, a tensor made over one
+    of them (`torch.from_numpy(np.empty(...))`, `t.set_(torch.UntypedStorage(n))`)."""
+    if qual in _HOST_EMPTY:
+        return qual
+    if qual == "numpy.ndarray" and kwarg(call, "buffer") is None and len(call.args) < 3:
+        return qual
+    if (qual in ("torch.UntypedStorage", "torch.TypedStorage") and len(call.args) == 1
+            and call.args[0].keyword is None and not isinstance(call.args[0].value, (cst.List, cst.Tuple))):
+        return qual
+    if method == "resize_":
+        return ".resize_"
+    if (qual in _WRAPS or method == "set_") and call.args and isinstance(call.args[0].value, cst.Call):
+        inner = classify(call.args[0].value, ctx)
+        if inner is not None and not inner.zero:
+            return f"{qual or '.' + str(method)}({inner.name})"
+    return None
 
 
 def to_empty(call: cst.Call, factory: Factory) -> cst.Call:

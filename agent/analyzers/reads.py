@@ -56,7 +56,8 @@ _COPY_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "
                              "torch.rot90", "torch.gather", "torch.index_select", "torch.take",
                              "torch.take_along_dim", "torch.permute", "torch.permute_copy", "torch.transpose",
                              "torch.movedim", "torch.repeat_interleave", "torch.tile", "torch.nn.functional.pad",
-                             "torch.where"})
+                             "torch.where", "torch.from_numpy", "torch.as_tensor", "torch.asarray",
+                             "torch.frombuffer"})
 _COPY_METHODS = frozenset({"clone", "to", "cuda", "cpu", "float", "half", "bfloat16", "int", "long", "double",
                            "bool", "roll", "flip", "fliplr", "flipud", "rot90", "gather", "index_select", "take",
                            "repeat", "tile", "repeat_interleave", "permute", "transpose", "t", "movedim", "swapaxes",

@@ -31,6 +31,7 @@ from agent.batch.progress import BatchProgress
 from agent.env.workspace import checked_bases
 from agent.options import RunOptions
 from agent.results.layout import PLAN, PREDICTIONS, job_key, job_paths, model_slug, run_folder
+from agent.results.export import write_run_predictions
 from agent.results.ledger import Ledger
 from agent.results.load import summarize_run
 from agent.results.plan import PlannedJob, Subset, read_plan
@@ -196,7 +197,8 @@ def make_executor(cfg: BatchConfig, launch: LaunchConfig) -> Executor:
 
 def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: BatchConfig, *,
               console: Console | None = None, executor: Executor | None = None) -> BatchOutcome:
-    """Run every job the ledger does not already hold as done; write summary.json and summary.md."""
+    """Run every job the ledger does not already hold as done; write summary.json, summary.md and (SWE-bench's
+    form) predictions.jsonl."""
     console = console or Console(stderr=True)
     try:
         check_run_id(cfg.run_id)
@@ -256,6 +258,7 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
                 "elapsed_s": round(elapsed, 2), "jobs_run": counts["ran"],
                 "jobs_per_minute": round(counts["ran"] / elapsed * 60, 3) if counts["ran"] and elapsed > 0 else None})
             js, md = write_summary(run_dir, summary)
+            write_run_predictions(run_dir, summary.jobs)
     return BatchOutcome(summary=summary, run_dir=run_dir, ran=counts["ran"], failed=summary.failed,
                         skipped=len(skips), elapsed_s=elapsed,
                         summary_json=js, summary_md=md)

@@ -1,6 +1,7 @@
 """Live progress of a batch: a bar, done / running / failed / skipped, ETA and dollars spent,
 and one line per finished job above it. Where the output is no terminal (a log file, CI), one
-plain line per event instead, as it happens: a job started, a check of a job landed, a job ended."""
+plain line per event instead, as it happens, never wrapped: a job started, a check of a job landed,
+a job ended, and a job's step that takes longer than 10 s says so every 10 s."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rich.text import Text
 
 from agent.batch.executors import JobSpec
 from agent.results.record import JobRecord
+from agent.run.progress import StillGoing
 from agent.util.text import markup_safe
 
 MARK = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}
@@ -56,6 +58,7 @@ class BatchProgress:
         self._live = Live(self, console=console, refresh_per_second=2, transient=False)
         self.plain = not console.is_terminal  # no redrawn display: lines as events happen
         self._read: dict[str, int] = {}  # a running job's log: how far its checks were told (plain)
+        self._still: dict[str, StillGoing] = {}  # a running job's current step, and how long it was told (plain)
         self._stop = threading.Event()
         self._watch = threading.Thread(target=self._tell_checks, daemon=True)
 
@@ -74,32 +77,43 @@ class BatchProgress:
         if self.plain:
             self._stop.set()
             self._watch.join(5)
-            self.console.print(self._status(), highlight=False)
+            self._say(self._status())
         else:
             self._live.refresh()
             self._live.__exit__(*exc)
 
     def started(self, job: JobSpec, device: str | None) -> None:
         self.running[job.key] = time.monotonic()
+        self._still[job.key] = StillGoing("starting", self.running[job.key])
         if self.plain and not self.quiet:
-            self.console.print(markup_safe(f"started {job.key}" + (f" on {device}" if device else "")),
-                               highlight=False)
+            self._say(markup_safe(f"started {job.key}" + (f" on {device}" if device else "")))
         self._refresh()
+
+    def _say(self, line: str | Text) -> None:
+        """One line, never wrapped (a pipe's width is COLUMNS or rich's 80, not the reader's)."""
+        self.console.print(line, highlight=False, soft_wrap=True)
 
     def _tell_checks(self, every_s: float = 1.0) -> None:
         """Plain output: each check a running job's log says has landed, as one line."""
         while not self._stop.wait(every_s):
             self.tell_checks()
 
-    def tell_checks(self) -> None:
+    def tell_checks(self, now: float | None = None) -> None:
+        """Each check a running job's log says has landed, as a line; and for a job whose latest step has gone
+        on for another 10 s, "still <step>, 20 s"."""
         for key in list(self.running):
             if self.log_of is None:
                 return
             lines, self._read[key] = _new_lines(self.log_of(key), self._read.get(key, 0))
             for line in lines:
                 if _CHECKED.search(line):
-                    self.console.print(f"  {markup_safe(key)}: {markup_safe(line.split(' ', 1)[-1])}",
-                                       highlight=False)
+                    self._say(f"  {markup_safe(key)}: {markup_safe(line.split(' ', 1)[-1])}")
+            still = self._still.setdefault(key, StillGoing("starting", self.running.get(key)))
+            if lines:
+                still.step(lines[-1].split(" ", 1)[-1])  # the step, without the job's clock
+            due = still.due(now)
+            if due:
+                self._say(f"  {markup_safe(key)}: {markup_safe(due)}")
 
     def finished(self, rec: JobRecord) -> None:
         self.running.pop(rec.key, None)
@@ -111,8 +125,11 @@ class BatchProgress:
         if not self.quiet:
             if self.plain:
                 self.tell_checks()  # what it landed before it ended, first
-            self.console.print(self._line(rec), highlight=False)
+                self._say(self._line(rec))
+            else:
+                self.console.print(self._line(rec), highlight=False)
         self._read.pop(rec.key, None)
+        self._still.pop(rec.key, None)
         self._refresh()
 
     def _refresh(self) -> None:

@@ -6,6 +6,7 @@ asked here only whether measuring more could still change the answer.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import secrets
@@ -18,21 +19,27 @@ from pathlib import Path
 import libcst as cst
 
 from agent.analyzers.reads import read_sites
-from agent.checks import confirm, coverage, sanitizer
+from agent.checks import clocks, confirm, coverage, firstcall, sanitizer
 from agent.checks import perf as perfmod
 from agent.checks.correctness import run_check
-from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, DiffStats, Hygiene, PerfResult,
-                                     ReadSiteResult, ReferenceResult)
+from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, DiffStats, FirstCall, Hygiene,
+                                     PerfResult, ReadSiteResult, ReferenceResult)
 from agent.checks.evidence import Evidence
 from agent.checks.grade import decided, judge_perf, judge_reference
 from agent.checks.integrity import check_integrity, is_test_path
 from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
-from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems
+from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems, unreadable
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.records import new_key
 from agent.checks.sides import CheckError, Sides, TaskBroken
 from agent.checks.stats import preload as preload_stats
 from agent.env.workspace import Workspace, patch_paths
+from agent.task import PerfSpec
+
+
+# The first call alone (agent.checks.firstcall): one call a process is noisier than the fastest of
+# twenty, but the gains it is asked about are large; "faster" is reachable from 6 pairs.
+FIRST_CALL = SamplingPolicy(min_pairs=4, max_pairs=8)
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
     if it does not apply."""
     start = time.monotonic()
     e = Evidence(task_id=sides.task.id, quick=quick)
+    why = unreadable(patch)
+    if why:  # no diff at all (prose, a header alone, a diff cut short): refused, never a change of nothing
+        return e.model_copy(update={"hygiene": Hygiene(ok=False, problems=[f"not a diff git can read: {why}"])})
     if not changes_anything(patch):
         return e.model_copy(update={"changes": False})
     problems = hygiene_problems(patch)
@@ -130,7 +140,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
-    folders = {name: coverage.prepare(workdir / name, cand.root, py_files) if py_files else None
+    folders = {name: coverage.prepare(workdir / name, cand.root, py_files, changed) if py_files else None
                for name in ("coverage", "bench-coverage")}
     reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels)
                     if py_files and spec.sanitizing else None) for name in ("sanitizer", "bench-sanitizer")}
@@ -161,7 +171,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
             assert perf is not None
             if shares:
                 try:
-                    coverage.prepare(workdir / "bench-coverage", cand.root, py_files)
+                    coverage.prepare(workdir / "bench-coverage", cand.root, py_files, changed)
                     if reads["bench-sanitizer"] is not None:
                         sanitizer.prepare(workdir / "bench-sanitizer", cand.root, py_files, spec.kernels)
                 except OSError as err:
@@ -206,6 +216,40 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
         if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
             watched = bench_lines if e.bench_check is not None and _watched(e.bench_check) else None
             e.read_sites = _read_sites(cand.root, found.result(), rec, watched)
+        if e.bench_check is not None and e.bench_check.ran_whole:
+            e.bench_check.skipped_after = _skipped_after(cand.root, e)
+
+
+def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
+    """For each uninitialised allocation of the patch that the tests and the bench both ran, the changed
+    lines after it in its function that the tests ran and the bench did not: where the tests' proof of
+    the buffer may rest on code the bench's configuration skips (a clear taken at the tests' sizes only).
+    An allocation whose read sites the bench itself ran under the sanitizer needs no such proof."""
+    b, cov = e.bench_check, e.coverage
+    if b is None or cov is None or not cov.measured or e.sanitizer is None or not e.sanitizer.measured:
+        return {}
+    tested, benched = set(cov.changed) - set(cov.uncovered), set(b.ran)
+    proven_in_bench = {s.buffer for s in e.read_sites if s.bench}
+    out: dict[str, list[int]] = {}
+    for alloc in sorted(set(e.sanitizer.allocated) & benched & tested - proven_in_bench):
+        path, line = alloc.rsplit(":", 1)
+        span = _function_span(root / path, int(line))
+        skipped = sorted(int(x.rsplit(":", 1)[1]) for x in tested - benched
+                         if x.rsplit(":", 1)[0] == path and span[0] < int(x.rsplit(":", 1)[1]) <= span[1])
+        if skipped:
+            out[alloc] = skipped
+    return out
+
+
+def _function_span(file: Path, line: int) -> tuple[int, int]:
+    """(line, last line) of the innermost function holding `line`; (line, line) where there is none."""
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return line, line
+    spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)]
+    return (line, max(spans, key=lambda s: s[0])[1]) if spans else (line, line)
 
 
 def _watched(check: BenchCheck) -> bool:
@@ -244,10 +288,11 @@ def _bench_sides(sides: Sides, cand: Workspace, reference: bool) -> dict[str, Pa
     return out
 
 
-def _bench(sides: Sides, bench_sides: dict[str, Path]) -> Bench:
-    assert sides.task.spec.perf is not None
-    return Bench(sides.task.spec.perf, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
-                 read=sides.task.read, warm=sides.warm)
+def _bench(sides: Sides, bench_sides: dict[str, Path], spec: PerfSpec | None = None) -> Bench:
+    spec = spec or sides.task.spec.perf
+    assert spec is not None
+    return Bench(spec, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
+                 read=sides.task.read, warm=sides.warm, hook=clocks.install(sides.workdir / "bench-hook"))
 
 
 def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, *, quick: bool,
@@ -279,9 +324,15 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
                         bench = _bench(sides, bench_sides)
                     else:
                         result.error, result.error_side = str(err), err.side
+            c = samples.comparison if samples is not None else None
+            if c is not None and not quick and firstcall.needed(c.verdict, c.ratio, spec):
+                result.first_call = _first_call(sides, bench_sides, spec, seed)
         finally:
             result.processes = bench.mode
             bench.close()
+            if getattr(bench, "clocks", None) is not None:  # the timing functions, as each bench process found them
+                e.clocks = e.clocks or clocks.ClockCheck()
+                e.clocks.merge(bench.clocks)
             result.duration_s = round(time.monotonic() - start, 2)  # inside the lock: never overlaps another
     e.perf = result
     if result.error is not None:
@@ -294,12 +345,35 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         "unit": samples.unit, "timer": samples.timer, "baseline_samples": samples.values["baseline"],
         "candidate_samples": samples.values["candidate"], "warmup_samples": samples.warmup,
         "warmups_discarded": policy.warmup, "n_pairs": len(samples.values["candidate"]), "alpha": c.alpha,
-        "max_pairs": policy.max_pairs, "stop_reason": c.stop_reason, "lines": samples.lines}), spec)
+        "max_pairs": policy.max_pairs, "stop_reason": c.stop_reason, "lines": samples.lines,
+        "conditions": samples.conditions}), spec)
     # the harness's own clock on the same processes; grade judges it again under the task as it is then
     e.perf.outside = confirm.judge(e.perf, confirm.figures(samples.wall, samples.cpu),
                                    calls=spec.calls or samples.lines, max_speedup=spec.max_speedup)
     if "reference" in samples.values:
         e.reference = judge_reference(e.perf, ReferenceResult(samples=samples.values["reference"]))
+
+
+def _first_call(sides: Sides, bench_sides: dict[str, Path], task: PerfSpec, seed: int) -> FirstCall:
+    """The first call of baseline and candidate alone, interleaved in fresh processes
+    (agent.checks.firstcall). A baseline whose first call fails is the task's fault; a candidate's is
+    its error."""
+    assert task.first_call is not None
+    cold = task.model_copy(update={"command": task.first_call, "calls": 1})
+    pair = {k: v for k, v in bench_sides.items() if k in ("baseline", "candidate")}
+    bench = _bench(sides, pair, cold)
+    sides.log(f"perf: the first call alone, in fresh processes ({task.first_call})")
+    try:
+        s = perfmod.sample(pair, cold, FIRST_CALL, seed=seed, log=sides.log, bench=bench)
+    except BenchError as e:
+        if e.side != "candidate":
+            raise CheckError(f"the task's first_call command: {e}") from None
+        return FirstCall(command=task.first_call, seed=seed, error=str(e))
+    finally:
+        bench.close()
+    return FirstCall(command=task.first_call, seed=seed, baseline_samples=s.values["baseline"],
+                     candidate_samples=s.values["candidate"],
+                     alpha=s.comparison.alpha if s.comparison is not None else FirstCall().alpha)
 
 
 def diff_stats(ws: Workspace) -> DiffStats:
@@ -314,7 +388,8 @@ def diff_stats(ws: Workspace) -> DiffStats:
     return DiffStats(files=files, insertions=ins, deletions=dels)
 
 
-_UNINITIALISED = re.compile(r"\b(empty|empty_like|new_empty|empty_strided|new_empty_strided)\s*\(")
+_UNINITIALISED = re.compile(r"\b(empty|empty_like|new_empty|empty_strided|new_empty_strided|UntypedStorage|"
+                            r"TypedStorage|ndarray|resize_)\s*\(")
 
 
 def uninitialised_allocations(root: Path, changed: list[FileLines]) -> dict[str, tuple[str, list[int]]]:

@@ -12,11 +12,17 @@ the baseline's median), not its point estimate: the claim carries noise too, and
 point the rule called identical code "not confirmed" in 2 of 16 A/A trials that claimed a gain;
 a forged line is as precise as a true one, so its bound sits near its point and is still caught.
 
-    confirmed iff, for at least one clock, hi >= S
-                  (and lo > 0 too where the speedup is beyond the task's `max_speedup` hint)
+    confirmed  iff some clock sees a saving (lo > 0) that does not rule S out (hi >= S): that
+                   clock could have refuted the claim, and did not
+    refuted    iff every clock's interval lies wholly below S (hi < S)
+    otherwise      not established: no clock has measured the claim (too wide to tell S from no
+                   saving), or one rules it out while another cannot tell. The answer is "not
+                   confirmed" too, never "faster", but it fails nothing (agent.checks.grade): the
+                   clocks measure different things (CPU time leaves out waiting, and a gain that
+                   waits less or spreads work over threads saves wall time, not CPU time).
 
 A metric that is not a time (a throughput) cannot be converted; then only its direction is
-checked: some clock's hi > 0. Pure functions, so re-grading recorded evidence recomputes it.
+checked, with S = 0. Pure functions, so re-grading recorded evidence recomputes it.
 """
 
 from __future__ import annotations
@@ -90,14 +96,12 @@ def _differences(baseline: list[float], candidate: list[float]) -> list[float] |
     return [b - c for b, c in zip(baseline, candidate)]
 
 
-def decide(claimed_s: float | None, clocks: dict[str, ClockSaving], beyond_hint: bool) -> bool:
-    """The rule. `claimed_s` None: the metric is no time, so only its direction can be checked."""
+def decide(claimed_s: float | None, clocks: dict[str, ClockSaving]) -> tuple[bool, bool]:
+    """(confirmed, refuted): the rule. `claimed_s` None: the metric is no time, so only its direction
+    can be checked. A clock whose interval holds both no saving and the claim has measured neither."""
     need = 0.0 if claimed_s is None else claimed_s
-    for c in clocks.values():
-        sees = c.high_s > need if claimed_s is None else c.high_s >= need
-        if sees and (c.low_s > 0 or not beyond_hint):
-            return True
-    return False
+    return (any(c.low_s > 0 and c.high_s >= need for c in clocks.values()),
+            all(c.high_s < need for c in clocks.values()))
 
 
 def seconds(x: float, scale: float | None = None) -> str:
@@ -138,7 +142,8 @@ def judge(p: PerfResult, figures: OutsideClock, *, calls: int, max_speedup: floa
         return out
     gain = speedup(p.ratio, p.direction)
     beyond = not math.isfinite(gain) or gain > max_speedup
-    out.confirmed = decide(out.claimed_low_s if out.claimed_low_s is not None else out.claimed_s, clocks, beyond)
+    out.confirmed, out.refuted = decide(out.claimed_low_s if out.claimed_low_s is not None else out.claimed_s,
+                                        clocks)
     seen = ", ".join(clock_text(c, n) for n, c in clocks.items())
     if out.claimed_s is None:
         claim = f"{p.metric} is not a time, so the claim could be checked only for its direction"
@@ -146,10 +151,20 @@ def judge(p: PerfResult, figures: OutsideClock, *, calls: int, max_speedup: floa
         least = (f", at least {seconds(out.claimed_low_s)} by its own interval" if out.claimed_low_s is not None
                  else "")
         claim = f"the metric claims {seconds(out.claimed_s)} less per bench process ({claim_detail(p, calls)}{least})"
-    hint = (f"; {gain:.3g}x is beyond the task's max_speedup hint of {max_speedup:g}x, so a saving must be seen"
-            if beyond else "")
-    out.note = f"{claim}; the harness's clock sees {seen} saved per process{hint}"
+    hint = f"; {gain:.3g}x is beyond the task's max_speedup hint of {max_speedup:g}x" if beyond else ""
+    out.note = f"{claim}; the harness's clock sees {seen} saved per process{hint}{_why(out)}"
     return out
+
+
+def _why(o: OutsideClock) -> str:
+    if o.confirmed:
+        return ""
+    if o.refuted:
+        return "; every clock rules the claim out"
+    need = (o.claimed_low_s if o.claimed_low_s is not None else o.claimed_s) or 0.0
+    said = [f"the {n} clock {'rules it out' if c.high_s < need else 'cannot tell it from no saving'}"
+            for n, c in (("wall", o.wall), ("cpu", o.cpu)) if c is not None]
+    return f"; speed not established: {', '.join(said)}"
 
 
 def claim_detail(p: PerfResult, calls: int) -> str:
@@ -171,13 +186,12 @@ def figures(wall: dict[str, list[float | None]], cpu: dict[str, list[float | Non
 
 
 def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, calls: int,
-            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]], *, pairs: int,
-            max_pairs: int) -> bool:
-    """Whether sampling can stop on a "faster" the metric gives: every clock already rules the claimed
-    saving out (at EARLY_REFUTATION), or none could by `max_pairs` (its interval narrowing as
-    1/sqrt(pairs)): a clock whose estimate reaches the claim (a true gain), or a claim far inside
-    the clock's noise. Otherwise it goes on, so a few noisy pairs cannot let a forged line through
-    (nor can a lucky look: an interval that happens to sit above 0 is no reason to stop)."""
+            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]]) -> bool:
+    """Whether sampling can stop on a "faster" the metric gives: the rule's answer is already clear at
+    EARLY_REFUTATION, stricter than the graded 95% because it is looked at after every round: every
+    clock rules the claimed saving out, or one sees a saving and does not rule the claim out. Otherwise it
+    goes on to the policy's last pair, so a few noisy pairs cannot let a forged line through, nor an
+    early burst of load refute a true gain."""
     if c.verdict != PerfVerdict.FASTER:
         return True
     f = figures(wall, cpu)
@@ -188,7 +202,6 @@ def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, 
     if not clocks or per_unit is None or c.baseline_median is None:
         return True
     need = least_claimed_saving(c.baseline_median, c.ci_low, c.ci_high, direction, calls, per_unit)
-    if all(saving_interval(d, EARLY_REFUTATION).high_s < need for d in diffs):
-        return True
-    shrink = math.sqrt(pairs / max_pairs)
-    return not any(k.estimate_s + (k.high_s - k.estimate_s) * shrink < need for k in clocks)
+    strict = [saving_interval(d, EARLY_REFUTATION) for d in diffs]
+    return all(k.high_s < need for k in strict) or any(k.low_s > 0 and c.high_s >= need
+                                                       for k, c in zip(strict, clocks))

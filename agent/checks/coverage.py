@@ -8,6 +8,11 @@ neither is reported as the other. Only rows signed with the run's key count (age
 a row code under test appends claims nothing. Statements are found here with coverage.py's parser: blank
 lines, comments and the inner lines of a multi-line statement fold into their statement, and
 `# pragma: no cover` is deliberately not honoured: a patch cannot excuse its own lines.
+
+A line executed is not yet a line run in full: for changed lines holding several statements or a
+conditional, the hook also records (3.11+) which instructions ran and which conditional jumps were
+taken, and agent.checks.arms says whether every statement ran and which arms were taken; with no
+column positions (3.9, 3.10) such a line is "not measured", never "covered".
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from coverage.exceptions import CoverageException, NotPython
 from coverage.parser import PythonParser
 
+from agent.checks import arms
 from agent.checks.evaluation import CoverageResult
 from agent.checks.patchinfo import FileLines
 from agent.checks.records import read_rows
@@ -39,14 +45,32 @@ class Recorded:
     notes: list[str] = field(default_factory=list)
     forged: int = 0  # rows whose tag did not verify: written by something other than the hook
     unkeyed: int = 0  # processes that started without the run's key (started by the tests themselves)
+    positions: dict[str, set[arms.Pos]] = field(default_factory=dict)  # instructions run on fine lines
+    edges: dict[str, set[tuple[arms.Pos, arms.Pos]]] = field(default_factory=dict)  # conditional jumps taken
+    coarse: set[str] = field(default_factory=set)  # files a process without column positions ran
 
 
-def prepare(folder: Path, root: Path, files: list[str]) -> Path:
-    """An empty `folder` with the list of files to record (repo-relative `files` under `root`)."""
+def prepare(folder: Path, root: Path, files: list[str], changed: list[FileLines] | None = None) -> Path:
+    """An empty `folder` with the list of files to record (repo-relative `files` under `root`) and,
+    for the `changed` lines that need them, the lines whose instructions the hook records."""
     folder.mkdir(parents=True, exist_ok=True)
     empty_folder(folder)
     (folder / "targets.json").write_text(json.dumps(target_paths(root, files)))
+    fine: dict[str, list[int]] = {}
+    for fl in changed or []:
+        record = sorted(_shape(root, fl).record) if fl.path in files else []
+        if record:
+            fine.update({name: record for name in target_paths(root, [fl.path])})
+    (folder / "fine.json").write_text(json.dumps(fine))
     return folder
+
+
+def _shape(root: Path, fl: FileLines) -> arms.FileShape:
+    """The fine lines among a file's changed lines; none where the source cannot be read or parsed."""
+    try:
+        return arms.shape((root / fl.path).read_text(encoding="utf-8"), fl.lines)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return arms.FileShape()
 
 
 def target_paths(root: Path, files: list[str]) -> list[str]:
@@ -63,6 +87,9 @@ def recorded(folder: Path, key: str) -> Recorded:
         out.forged += got.forged
         out.unkeyed += got.no_key
         for row in got.rows:
+            if row.startswith("@") or row.startswith("#coarse\t"):
+                _fine_row(out, row)
+                continue
             if row.startswith("#"):
                 out.processes += row.startswith("#started")
                 if row.startswith("#error"):
@@ -76,6 +103,22 @@ def recorded(folder: Path, key: str) -> Recorded:
     else:
         out.lines = lines
     return out
+
+
+def _fine_row(out: Recorded, row: str) -> None:
+    """A row of instruction positions ("@p", file, 4 numbers) or of a jump ("@e", file, 8 numbers)."""
+    kind, name, *rest = row.split("\t")
+    if kind == "#coarse":
+        out.coarse.add(os.path.realpath(name))
+        return
+    try:
+        nums = tuple(int(n) for n in rest)
+    except ValueError:
+        return
+    if kind == "@p" and len(nums) == 4:
+        out.positions.setdefault(os.path.realpath(name), set()).add(nums)
+    elif kind == "@e" and len(nums) == 8:
+        out.edges.setdefault(os.path.realpath(name), set()).add((nums[:4], nums[4:]))
 
 
 def statements_run(path: Path, rec: Recorded) -> set[int] | None:
@@ -113,16 +156,31 @@ def classify(root: Path, changed: list[FileLines], rec: Recorded) -> CoverageRes
         except (NotPython, OSError, SyntaxError, CoverageException):
             result.unmeasured_files.append(fl.path)
             continue
-        ran = executed.get(os.path.realpath(path), set()) if executed is not None else set()
+        real = os.path.realpath(path)
+        ran = executed.get(real, set()) if executed is not None else set()
         ran_statements = {parser.first_line(n) for n in ran}
+        shape = _shape(root, fl)
         for line in fl.lines:
             stmt = _statement_of(parser, line)
             if stmt is None:
                 continue
             name = f"{fl.path}:{line}"
             result.changed.append(name)
-            if executed is not None:
-                (result.covered if stmt in ran_statements else result.uncovered).append(name)
+            if executed is None:
+                continue
+            if stmt not in ran_statements:
+                result.uncovered.append(name)
+            elif line not in shape.lines:
+                result.covered.append(name)
+            elif real in rec.coarse:
+                result.not_measured.append(name)
+            else:
+                full, taken, untaken = arms.untaken(shape, line, rec.positions.get(real, set()),
+                                                    rec.edges.get(real, set()))
+                (result.covered if full else result.uncovered).append(name)
+                if full:
+                    result.taken += [f"{name} ({a})" for a in taken]
+                    result.untaken += [f"{name} ({a})" for a in untaken]
     result.note = "; ".join(filter(None, [result.note, *untrusted(rec.forged, rec.unkeyed, "lines they ran")])) or None
     return result
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, computed_field
 
+from agent.checks.conditions import Conditions
 from agent.checks.integrity import IntegrityResult
 from agent.checks.stats import Direction, speedup
 from agent.checks.verdicts import PerfVerdict, Verdict  # the vocabulary: agent.checks.verdicts
@@ -41,7 +42,11 @@ class CoverageResult(BaseModel):
     measured: bool = True  # False: coverage could not be collected at all
     changed: list[str] = []
     covered: list[str] = []
-    uncovered: list[str] = []
+    uncovered: list[str] = []  # not run in full: some statement on the line never ran (a one-line def's body...)
+    # arms of the changed conditionals (agent.checks.arms), "file:line (the else arm)"
+    taken: list[str] = []
+    untaken: list[str] = []
+    not_measured: list[str] = []  # "file:line": whether every statement and arm ran is not known (Python < 3.11)
     unmeasured_files: list[str] = []  # changed files that are not Python: no line data
     note: str | None = None
 
@@ -70,6 +75,7 @@ class SanitizerResult(BaseModel):
     reads: list[UninitRead] = []
     elsewhere: list[UninitRead] = []
     allocated: list[str] = []  # "file:line" of the changed files' lines that allocated uninitialised memory
+    unwatched: list[str] = []  # "file:line: what": tensors over memory no watched allocator made (ctypes, ...)
     tampered: bool = False  # a process's records or closing record do not add up: `note` says how
     note: str | None = None  # why nothing was measured; or, measured, how far the records can be trusted
 
@@ -123,6 +129,9 @@ class BenchCheck(BaseModel):
     ran: list[str] = []  # changed lines ("file:line") the bench ran
     ran_whole: bool = False  # every process of the bench recorded its lines, signed: `ran` is all it ran of them
     only_here: list[str] = []  # changed lines that allocated uninitialised memory here but never in the tests
+    # an uninitialised allocation the bench ran ("file:line") -> the changed lines after it in its function that
+    # the tests ran and the bench did not: the tests' proof of the buffer may rest on them (a size-gated clear)
+    skipped_after: dict[str, list[int]] = {}
     base_fails: bool = False  # the unchanged base's bench fails under the same instruments too
     note: str | None = None
 
@@ -164,6 +173,24 @@ class OutsideClock(BaseModel):
     wall: ClockSaving | None = None
     cpu: ClockSaving | None = None
     confirmed: bool | None = None  # None: not applied (not "faster", or no outside figures)
+    refuted: bool | None = None  # a clock rules the claim out; False with confirmed False: no clock could tell
+    note: str = ""
+
+
+class FirstCall(BaseModel):
+    """The first call alone, timed in fresh processes, one call each, interleaved A/B
+    (agent.checks.firstcall): a gain the repeated calls show must show here too."""
+
+    command: str = ""
+    baseline_samples: list[float] = []
+    candidate_samples: list[float] = []
+    seed: int = 0
+    alpha: float = 0.05  # the per-look level sampling stopped at
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: PerfVerdict | None = None
+    error: str | None = None  # the candidate's first call failed
     note: str = ""
 
 
@@ -205,11 +232,23 @@ class PerfResult(BaseModel):
     error: str | None = None  # the bench failed or did not print the metric
     error_side: str | None = None  # "baseline", "candidate" or "reference"
     outside: OutsideClock | None = None  # the harness's clock on the same processes (None in older reports)
+    first_call: FirstCall | None = None  # the gain on the first call alone, where the task asks (checks.firstcall)
+    conditions: Conditions | None = None  # the machine while it was sampled (agent.checks.conditions)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def speedup(self) -> float | None:
         return None if self.ratio is None else speedup(self.ratio, self.direction)
+
+    @property
+    def unestablished(self) -> bool:
+        """The noise, not the change, left the speed open: "inconclusive", or a gain no clock could tell
+        from none (not one a clock ruled out, nor one only repeated calls show)."""
+        if self.error is not None:
+            return False
+        unheard = (self.verdict == PerfVerdict.NOT_CONFIRMED and self.outside is not None and not self.outside.refuted
+                   and (self.first_call is None or self.first_call.verdict == PerfVerdict.FASTER))
+        return self.verdict == PerfVerdict.INCONCLUSIVE or unheard
 
 
 class ReferenceResult(BaseModel):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DiffStats, Environment,
                                      Hygiene, InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult,
                                      SanitizerResult)
+from agent.checks.clocks import ClockCheck
 from agent.checks.integrity import IntegrityResult
 from agent.util.seal import SealError, read_sealed
 
@@ -43,6 +44,7 @@ class Evidence(BaseModel):
     read_sites: list[ReadSiteResult] = []
     bench_check: BenchCheck | None = None  # the bench run once under the tests' instruments
     perf: PerfResult | None = None  # the samples and their comparison; `error` when a bench failed
+    clocks: ClockCheck | None = None  # the bench processes' timing functions (agent.checks.clocks)
     reference: ReferenceResult | None = None
     error: str | None = None  # the task itself could not be checked (its setup, its baseline's bench)
     duration_s: float = 0.0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from agent.checks import confirm
+from agent.checks import clocks, confirm, firstcall
+from agent.checks.sanitizer import NOT_STARTED
 from agent.checks.evaluation import CommandRun, Evaluation, OutsideClock, PerfResult, ReferenceResult
 from agent.checks.evidence import Evidence
 from agent.checks.render import compact_lines, device_reads_line, read_line, read_path
@@ -64,10 +65,30 @@ def tests_fail(e: Evidence, spec: TaskSpec) -> list[str]:
 
 
 def poisoned_tests_fail(e: Evidence, spec: TaskSpec) -> list[str]:
+    """Blames a buffer read before it is written only where poisoning could do anything: without torch the
+    poisoned run is the plain run again, so it says only what the plain run's failure does not already say.
+    (With torch a test the plain run fails too may still read garbage the poison makes certain: all are named.)"""
     c = e.correctness
     if c is None or c.poison is None or c.poison.passed:
         return []
-    return ["tests fail with uninitialised memory poisoned (a buffer is read before it is written)" + _ids(c.poison)]
+    run = c.poison
+    if not no_torch(e):
+        return ["tests fail with uninitialised memory poisoned (a buffer is read before it is written)" + _ids(run)]
+    new = [t for t in run.failing_tests if t not in c.plain.failing_tests] if not c.plain.passed else run.failing_tests
+    if not c.plain.passed and not new:
+        return []
+    return ["tests fail on a second run that poisons nothing (the task's interpreter has no torch): "
+            "they do not give one answer twice" + _ids(run.model_copy(update={"failing_tests": new}))]
+
+
+def no_torch(e: Evidence) -> bool:
+    """Nothing was poisoned: the task's interpreter has no torch (probed), or no process of the poisoned run
+    imported it with the hook (the sanitizer, started beside the poison, says so): the harness's poisoning,
+    a torch switch, did nothing."""
+    if e.environment.python is not None and e.environment.torch is None:
+        return True
+    s = e.sanitizer
+    return s is not None and not s.measured and NOT_STARTED in (s.note or "")
 
 
 def reads_before_writes(e: Evidence, spec: TaskSpec) -> list[str]:
@@ -92,8 +113,8 @@ def bench_fails_poisoned(e: Evidence, spec: TaskSpec) -> list[str]:
     b = e.bench_check
     if b is None or b.run.passed or b.run.timed_out or b.base_fails:
         return []
-    return [f"the bench fails with uninitialised memory poisoned (exit code {b.run.exit_code}), "
-            f"and the unchanged base's does not"]
+    how = "under the harness's instruments" if no_torch(e) else "with uninitialised memory poisoned"
+    return [f"the bench fails {how} (exit code {b.run.exit_code}), and the unchanged base's does not"]
 
 
 def device_reads(e: Evidence, spec: TaskSpec) -> list[str]:
@@ -107,19 +128,26 @@ def candidate_bench_fails(e: Evidence, spec: TaskSpec) -> list[str]:
     return [p.error] if p is not None and p.error is not None and p.error_side == "candidate" else []
 
 
-def gain_not_confirmed(e: Evidence, spec: TaskSpec) -> list[str]:
-    """The metric line is the code's word; the harness's own clock on the same processes must agree."""
+def gain_refuted(e: Evidence, spec: TaskSpec) -> list[str]:
+    """The metric line is the code's word; the harness's own clock on the same processes must not rule
+    it out. A clock too noisy to tell leaves the speed "not confirmed" but fails nothing (see grade)."""
     o = outside(e, spec)
-    return [f"not confirmed: {o.note}"] if o is not None and o.confirmed is False else []
+    return [f"not confirmed: {o.note}"] if o is not None and o.refuted else []
 
 
 def changed_lines_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
     cov = e.coverage
     if cov is None:
         return []
+    out = []
     if cov.uncovered:
-        return ["changed lines no test executed: " + compact_lines(cov.uncovered)]
-    return [] if cov.measured else [cov.note or "changed-line coverage not measured"]
+        out.append("changed lines no test executed: " + compact_lines(cov.uncovered))
+    if cov.untaken:
+        out.append("arms of changed conditionals no test took: " + "; ".join(cov.untaken))
+    if cov.not_measured:
+        out.append("changed lines whose statements and arms were not measured (no column positions before "
+                   "Python 3.11): " + compact_lines(cov.not_measured))
+    return out or ([] if cov.measured else [cov.note or "changed-line coverage not measured"])
 
 
 def reads_unwatched(e: Evidence, spec: TaskSpec) -> list[str]:
@@ -136,6 +164,14 @@ def reads_unwatched(e: Evidence, spec: TaskSpec) -> list[str]:
     if e.initcheck is not None and not e.initcheck.measured and e.initcheck.run is not None:
         out.append(f"uninitialised device reads not measured: {e.initcheck.note}")
     return out
+
+
+def memory_unwatched(e: Evidence, spec: TaskSpec) -> list[str]:
+    """A changed line makes a tensor over memory no watched allocator made (ctypes, an extension's own):
+    neither poison nor the sanitizer can say whether it is written before it is read."""
+    found = {u: None for s in (e.sanitizer, e.bench_check.sanitizer if e.bench_check else None)
+             if s is not None and s.measured for u in s.unwatched}
+    return [f"{u}: not watched by the sanitizer, so nothing shows it is written before it is read" for u in found]
 
 
 def uninitialised(e: Evidence) -> set[str]:
@@ -155,11 +191,26 @@ def allocated_only_in_bench(e: Evidence, spec: TaskSpec) -> list[str]:
             f"them without): no test checks the values they leave"]
 
 
+def proof_skipped_by_the_bench(e: Evidence, spec: TaskSpec) -> list[str]:
+    """The tests prove a buffer safe at their sizes; the bench runs the allocation but not what follows it there."""
+    b = e.bench_check
+    return [f"the tests' safety of the buffer allocated uninitialised at {alloc} rests on line"
+            f"{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}, which the bench never runs: at the "
+            f"bench's sizes the buffer is not proven written, and the bench does not run its reads"
+            for alloc, lines in (b.skipped_after.items() if b is not None else ())]
+
+
 def read_sites_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
     """Passing tests are not enough: every read of a buffer left uninitialised must have run."""
     return [f"{s.buffer.rsplit(':', 1)[0]}:{s.line} reads the buffer allocated uninitialised "
             f"at line {s.buffer.rsplit(':', 1)[1]}{read_path(s)}: no test runs it"
             for s in e.read_sites if not s.executed and not s.bench]
+
+
+def clocks_replaced(e: Evidence, spec: TaskSpec) -> list[str]:
+    """A bench process whose timing functions were not the interpreter's own timed nothing we can trust;
+    one the clock guard could not vouch for where it vouched for every baseline process is not measured."""
+    return clocks.findings(e.clocks) if e.clocks is not None else []
 
 
 def flagged_code(e: Evidence, spec: TaskSpec) -> list[str]:
@@ -181,11 +232,14 @@ RULES: list[tuple[Verdict, Rule]] = [
     (Verdict.FAIL, bench_fails_poisoned),
     (Verdict.FAIL, device_reads),
     (Verdict.FAIL, candidate_bench_fails),
-    (Verdict.FAIL, gain_not_confirmed),
+    (Verdict.FAIL, gain_refuted),
     (Verdict.UNVERIFIED, changed_lines_unrun),
     (Verdict.UNVERIFIED, reads_unwatched),
+    (Verdict.UNVERIFIED, memory_unwatched),
     (Verdict.UNVERIFIED, allocated_only_in_bench),
     (Verdict.UNVERIFIED, read_sites_unrun),
+    (Verdict.UNVERIFIED, proof_skipped_by_the_bench),
+    (Verdict.SUSPICIOUS, clocks_replaced),
     (Verdict.SUSPICIOUS, flagged_code),
 ]
 # nothing weaker is argued after these
@@ -210,10 +264,20 @@ def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
             break
         reasons += said
     perf = e.perf
+    if perf is not None and spec.perf is not None:
+        perf = firstcall.judge(perf, spec.perf)  # the metric's own answer decides whether it is asked
     if perf is not None and perf.outside is not None:
         o = outside(e, spec)
-        perf = perf.model_copy(update={"outside": o, **({"verdict": PerfVerdict.NOT_CONFIRMED}
-                                                           if o and o.confirmed is False else {})})
+        # a quick check's few pairs rarely let a clock tell; its answer is the agent's guide, not a
+        # grade, so only a refutation overrules the metric there (the full check samples until one tells)
+        unconfirmed = o is not None and o.confirmed is False and (o.refuted or not e.quick)
+        perf = perf.model_copy(update={"outside": o, **({"verdict": PerfVerdict.NOT_CONFIRMED} if unconfirmed
+                                                           else {})})
+    replaced = clocks_replaced(e, spec)
+    if replaced and perf is not None and perf.verdict == PerfVerdict.FASTER:
+        perf = perf.model_copy(update={"verdict": PerfVerdict.NOT_CONFIRMED})  # timed by a clock of its own
+    if replaced and verdict in FINAL and verdict != Verdict.NO_CHANGE:
+        reasons += [r for r in replaced if r not in reasons]  # the cause is named beside a stronger verdict too
     note = reasons.pop(0) if verdict == Verdict.NO_CHANGE else None
     carried = {name: getattr(e, name) for name in CARRIED}
     return Evaluation(**carried, verdict=verdict, reasons=reasons, note=note, perf=perf,
@@ -292,7 +356,7 @@ def outside(e: Evidence, spec: TaskSpec) -> OutsideClock | None:
 def _ids(run: CommandRun) -> str:
     if run.timed_out:
         return " (timed out)"
-    if not run.failing_tests:
-        return f" (exit code {run.exit_code})"
+    if not run.failing_tests:  # the first explaining line: a GSO test's equivalence message, an import error
+        return f" (exit code {run.exit_code}" + (f": {run.first_error})" if run.first_error else ")")
     more = f" and {len(run.failing_tests) - 8} more" if len(run.failing_tests) > 8 else ""
-    return ": " + ", ".join(run.failing_tests[:8]) + more
+    return ": " + ", ".join(run.failing_tests[:8]) + more + (f" ({run.first_error})" if run.first_error else "")

@@ -154,6 +154,23 @@ def is_unified_diff(patch: str) -> bool:
     return bool(_FILE_HEADER.search(patch))
 
 
+def unreadable(patch: str) -> str | None:
+    """Why git cannot read `patch` as a diff, in git's words (`git apply`'s message, as applying it would
+    say), else None; also None for an empty patch, which is no change rather than no diff. Text that is
+    no diff (prose, a header alone, a diff cut short) is refused, never graded as a change of nothing.
+
+    Only the text is read (`git apply --numstat`): no repository, base or workspace is needed."""
+    if not patch.strip():
+        return None
+    from agent.env.workspace import PatchError, patch_paths
+
+    try:
+        patch_paths(patch)
+    except PatchError as e:
+        return re.sub(r"\s*\(allow with \"--allow-empty\"\)", "", str(e)).removeprefix("error: ")
+    return None
+
+
 def changes_anything(patch: str) -> bool:
     """False for a diff with nothing to grade: empty, or only blank lines and trailing spaces.
 

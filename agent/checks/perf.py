@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, NoReturn
 
+from agent.checks import clocks
+from agent.checks.conditions import Conditions, measure, runnable, snapshot
 from agent.checks.confirm import settled
 from agent.checks.correctness import pytest_env
+from agent.checks.records import new_key
 from agent.checks.verdicts import CheckError
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
@@ -81,6 +84,7 @@ class Samples:
     wall: dict[str, list[float | None]] = field(default_factory=dict)
     cpu: dict[str, list[float | None]] = field(default_factory=dict)
     lines: int = 1  # lines of the metric a baseline process printed (the most seen)
+    conditions: Conditions | None = None  # the machine meanwhile (agent.checks.conditions)
 
 
 class Reading(NamedTuple):
@@ -156,6 +160,16 @@ def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None
     return _metric(side, res, spec)
 
 
+def run_guarded(root: Path, spec: PerfSpec, hook: Path, key: str, bin_dir: Path | None = None,
+                read: tuple[Path, ...] = ()) -> CommandResult:
+    """One bench process from scratch with our hook first on PYTHONPATH and the clock guard on
+    (agent.checks.clocks), its key on a descriptor of its own."""
+    with clocks.KeyFile(key) as k:
+        env = {**perf_env(root, bin_dir, read), "PYTHONPATH": f"{hook}:{root}", **k.env}
+        return run_command(spec.command, root, timeout_s=spec.timeout_s, env=env, account_cpu=True,
+                           pass_fds=k.fds)
+
+
 def _swept(side: str, res: CommandResult) -> None:
     """No sample is taken beside what a bench left running that could not be ended: the evaluation
     is an error (CheckError), never a round run again as if nothing happened."""
@@ -195,8 +209,10 @@ class Bench:
     """
 
     def __init__(self, spec: PerfSpec, sides: dict[str, Path], scratch: Path, *, bin_dir: Path | None = None,
-                 read: tuple[Path, ...] = (), warm: bool = True):
+                 read: tuple[Path, ...] = (), warm: bool = True, hook: Path | None = None):
         self.bin_dir, self.read = bin_dir, read
+        # `hook`: our hook's folder (agent.checks.clocks.install): every process then runs the clock guard
+        self.hook, self.clocks = hook, clocks.ClockCheck()
         # where the warm server's sandbox shows each side's checkout: same length for every side
         self.inside = {side: Path("/perfagent") / f"side-{n}" / root.name
                        for n, (side, root) in enumerate(sides.items())}
@@ -206,17 +222,20 @@ class Bench:
         if warm and cmd is not None and WarmPython.available():
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
-            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(pytest_env(), bin_dir=bin_dir, read=read),
+            served = {**pytest_env(), **({"PYTHONPATH": str(hook)} if hook else {})}
+            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(served, bin_dir=bin_dir, read=read),
                                      readable=tuple(zip(real_paths(tuple(sides.values())), self.inside.values())),
                                      wipe=(*scratch_places(), str(scratch)),
                                      preload=torch_preload(*sides.values()))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
         if self.server is None or self.cmd is None:
-            return run_bench(side, root, spec, self.bin_dir, self.read)
+            return self._fresh(side, root, spec)
+        key = new_key() if self.hook else None
         try:
             place = self.inside[side]
-            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, env={"PYTHONPATH": str(place)}, cwd=place,
+            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, cwd=place, key=key,
+                                  env={"PYTHONPATH": str(place), **(clocks.ENV if key else {})},
                                   path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place))
         except WarmError as e:
             self._cold(f"the warm bench server ended ({e})")
@@ -224,12 +243,24 @@ class Bench:
         if not self.server.clean:
             self._cold(f"the {side} bench left something behind that could not be removed")
         try:
-            return _metric(side, res, spec)
+            reading = _metric(side, res, spec)
+            if key is not None:
+                self.clocks.add(side, clocks.read(res.output, key))
+            return reading
         except BenchError as e:
             if res.timed_out:
                 raise
             run_bench(side, root, spec, self.bin_dir, self.read)  # raises if it fails from scratch as well
             self._cold(f"the {side} bench fails forked ({tail(str(e), 300)}) but not from scratch")
+
+    def _fresh(self, side: str, root: Path, spec: PerfSpec) -> Reading:
+        if self.hook is None:
+            return run_bench(side, root, spec, self.bin_dir, self.read)
+        key = new_key()
+        res = run_guarded(root, spec, self.hook, key, self.bin_dir, self.read)
+        reading = _metric(side, res, spec)
+        self.clocks.add(side, clocks.read(res.output, key))
+        return reading
 
     def _cold(self, why: str) -> NoReturn:
         self.close()
@@ -247,6 +278,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
            bench: Callable[[str, Path, PerfSpec], Reading] = run_bench) -> Samples:
     """Interleaved rounds over `sides` (must include "baseline" and "candidate"), looking after each."""
     rng = random.Random(seed)
+    before, ours = snapshot(), 0.0  # the machine around the loop; our bench processes' CPU seconds
+    running: list[int] = []  # runnable tasks after each round
     level = sequential_alpha(policy.min_pairs, policy.max_pairs, looks=policy.looks)
     values: dict[str, list[float]] = {s: [] for s in sides}
     warmup: dict[str, list[float]] = {s: [] for s in sides}
@@ -275,6 +308,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             if not is_warmup:
                 wall[side].append(getattr(got[side], "wall_s", None))
                 cpu[side].append(getattr(got[side], "cpu_s", None))
+        ours += sum(getattr(r, "cpu_s", None) or 0.0 for r in got.values())
+        running += [k] if (k := runnable()) is not None else []  # between rounds: no bench of ours runs
         timer = getattr(got["baseline"], "timer", None)
         lines = max(lines, getattr(got["baseline"], "lines", 1))
         label = "warm-up" if is_warmup else f"pair {rnd - policy.warmup + 1}/{policy.max_pairs}"
@@ -288,10 +323,12 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
             unanswered = policy.confirm and n < policy.max_pairs and why is not None
             if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall,
-                                          cpu, pairs=n, max_pairs=policy.max_pairs):
+                                          cpu):
                 why = None  # the metric says faster; the harness's clock has not said yes or no yet
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break
+    after = snapshot() if before is not None else None
     return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer, wall=wall, cpu=cpu,
-                   lines=lines)
+                   lines=lines, conditions=measure(before, after, ours_cpu_s=ours, running=running)
+                   if before is not None and after is not None else None)

@@ -31,11 +31,16 @@ class Rows:
 
 
 def read_rows(path: Path, key: str) -> Rows:
-    out = Rows()
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
-        return out
+        return Rows()
+    return rows_in(text, key)
+
+
+def rows_in(text: str, key: str) -> Rows:
+    """The rows of `text` (a record file, or a process's output: other lines count as refused)."""
+    out = Rows()
     secret = key.encode()
     for line in text.splitlines():
         if line == "#nokey":

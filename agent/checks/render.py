@@ -13,9 +13,9 @@ from itertools import groupby
 from typing import Literal
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
+from agent.checks.conditions import busy, busy_why
 from agent.checks.confirm import clock_text, seconds
 from agent.checks.evaluation import (BenchCheck, CommandRun, CoverageResult, DeviceRead, DiffStats, Environment,
                                      Evaluation, InitcheckResult, OutsideClock, PerfResult, ReadSiteResult,
@@ -23,6 +23,7 @@ from agent.checks.evaluation import (BenchCheck, CommandRun, CoverageResult, Dev
 from agent.checks.evidence import Evidence
 from agent.checks.integrity import IntegrityResult
 from agent.checks.verdicts import PerfVerdict, Verdict
+from agent.util.fit import Column, FitTable
 from agent.util.text import first_line, tail_lines
 
 Level = Literal["ok", "warn", "bad", "info"]
@@ -35,6 +36,7 @@ BENCH_CHECK = "bench run under the sanitizer"
 _PERF_LEVEL: dict[str, Level] = {PerfVerdict.FASTER: "ok", PerfVerdict.SLOWER: "bad", PerfVerdict.NOT_CONFIRMED: "bad",
                                   PerfVerdict.SUSPICIOUS: "bad"}
 OUTSIDE = "outside clock"
+FIRST_CALL = "first call"
 _CONFIRMED_LEVEL: dict[bool | None, Level] = {True: "ok", False: "bad", None: "info"}
 
 
@@ -100,7 +102,9 @@ def perf_line(p: PerfResult) -> str:
     return (f"{p.verdict}: {p.metric} {medians}, "
             f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
             f"p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
-            + f", speedup {_num(p.speedup)}x, {p.n_pairs} pairs of samples {p.processes}"
+            + f", speedup {_num(p.speedup)}x" + (f" ({why}: not comparable with other runs)"
+                                                 if (why := busy_why(p.conditions)) else "")
+            + f", {p.n_pairs} pairs of samples {p.processes}"
             + (f" (each the median of its {p.lines} lines)" if p.lines > 1 else "")
             + (f", timed with {p.timer}" if p.timer else "")
             + (f", noise cv {p.cv:.1%}" if p.cv is not None else "")
@@ -112,12 +116,14 @@ def perf_line(p: PerfResult) -> str:
 
 def outside_line(o: OutsideClock) -> str:
     """'confirmed: wall 48.1 ms [45, 51.2 ms] saved per process, cpu ...; metric claims 47.5 ms (5 calls)'."""
-    word = {True: "confirmed", False: "NOT confirmed", None: "not applied"}[o.confirmed]
+    word = ("confirmed" if o.confirmed else "not applied" if o.confirmed is None
+            else "NOT confirmed" if o.refuted else "not established")
     seen = ", ".join(f"{name} {clock_text(c)}" for name, c in (("wall", o.wall), ("cpu", o.cpu)) if c is not None)
     claim = (f"metric claims {seconds(o.claimed_s)} ({o.calls} call{'s' if o.calls != 1 else ''})"
              if o.claimed_s is not None else "metric is not a time: its direction only")
     text = f"{word}: " + (f"{seen} saved per process; " if seen else "no outside figures; ") + claim
-    return text + (f" ({o.note})" if o.confirmed is None and o.note else "")
+    return text + (f" ({o.note})" if o.confirmed is None and o.note else
+                   f" ({o.note.rsplit('; ', 1)[-1]})" if o.confirmed is False and not o.refuted else "")
 
 
 def _diff_line(d: DiffStats) -> str:
@@ -234,7 +240,7 @@ def verdict_line(ev: Evaluation) -> str:
     why = first_line(ev.reasons[0]) if ev.reasons else first_line(ev.note) if ev.note else ""
     p = ev.perf
     fast = (f"{p.verdict}: ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] "
-            f"(speedup {_num(p.speedup, '.2f')}x), {p.n_pairs} pairs"
+            f"(speedup {_num(p.speedup, '.2f')}x{', busy machine' if busy(p.conditions) else ''}), {p.n_pairs} pairs"
             if p is not None and not p.error and p.ratio is not None else "")
     return " · ".join(x for x in (ev.verdict, why, fast) if x)
 
@@ -362,7 +368,11 @@ def evaluation_rows(ev: Evaluation) -> list[Row]:
         rows.append(_perf_row(ev.perf))
         o = ev.perf.outside
         if o is not None:
-            rows.append(Row(OUTSIDE, outside_line(o), _CONFIRMED_LEVEL[o.confirmed]))
+            rows.append(Row(OUTSIDE, outside_line(o), "warn" if o.confirmed is False and not o.refuted
+                            else _CONFIRMED_LEVEL[o.confirmed]))
+        f = ev.perf.first_call
+        if f is not None and f.note:
+            rows.append(Row(FIRST_CALL, f.note, "ok" if f.verdict == PerfVerdict.FASTER else "bad"))
     if ev.reference is not None:
         rows.append(_reference_row(ev.reference))
     return rows + [Row("warning", w, "warn") for w in ev.warnings]
@@ -400,11 +410,12 @@ def environment_rows(ev: Evaluation) -> list[Row]:
     return rows + [Row("took", f"{ev.duration_s:.1f}s")]
 
 
-def rows_table(rows: list[Row], **kw) -> Table:
-    """Rows drawn as a two-column table, each result coloured by its level."""
-    t = Table(title_justify="left", **kw)
-    t.add_column("check", style="bold", no_wrap=True)
-    t.add_column("result", overflow="fold")
+def rows_table(rows: list[Row], *, title: str | Text | None = None, show_header: bool = True,
+               boxed: bool = True) -> FitTable:
+    """Rows drawn as a two-column table, each result coloured by its level, that fits the terminal's width
+    without breaking a word (`agent.util.fit`); only a path or test id longer than the column folds."""
+    t = FitTable([Column("check", style="bold", most=0.2), Column("result", long_words=True)], title=title,
+                 show_header=show_header, boxed=boxed)
     for row in rows:
         t.add_row(row.name, Text(row.text, style=LEVEL_STYLE[row.level]))
     return t
@@ -414,7 +425,6 @@ def evaluation_table(ev: Evaluation) -> Group:
     """The verdict table of `perfagent check`, with where and how long it was measured beneath."""
     title = Text.assemble(f"{ev.task_id}: ", (ev.verdict, LEVEL_STYLE[verdict_level(ev.verdict)] or "bold"),
                           " (quick)" if ev.quick else "")
-    env = Table.grid(padding=(0, 2))
-    for row in environment_rows(ev):
-        env.add_row(row.name, row.text)
+    env = FitTable([Column("what"), Column("where", long_words=True)],
+                   [(row.name, Text(row.text)) for row in environment_rows(ev)], show_header=False, boxed=False)
     return Group(rows_table(evaluation_rows(ev), title=title), env)

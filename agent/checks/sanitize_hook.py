@@ -12,6 +12,17 @@ process's own in <folder>: which buffer (allocation site), which op and argument
 elements, where it was called from, and which test was running (PERFAGENT_TEST, or pytest's
 PYTEST_CURRENT_TEST). Runs in the target's interpreter: standard library and torch only.
 
+Memory that reaches a tensor from outside aten is tracked too (`_HostSources`): `numpy.empty` and
+`empty_like` called from a target line fill their array with a pattern of their own (a NaN with
+perfagent's payload, max int, True), and `torch.from_numpy`, `as_tensor`, `asarray`, `tensor` and
+`frombuffer` of such an array give the tensor a shadow whose unwritten elements are those still
+holding the pattern (numpy's own writes are not seen: the values say what they wrote, so a value a
+program writes equal to the pattern counts as unwritten, as it would under poison).
+`torch.UntypedStorage(n)` called from a target line, and `resize_`/`set_` growing a storage there,
+are unwritten as aten's allocators are. Memory none of this can see (a ctypes object that does not
+own zeroed memory, an extension's own allocation, an array made over a foreign pointer) is named in
+an "unwatched" row for the line that wraps it in a tensor.
+
 Every row is signed by the check hook (`sign`), and at exit a closing row says whether the mode was
 still on the dispatch stack, how many ops it saw, whether a canary (an unwritten tensor of its own,
 read through an op) was caught as a read, and a digest of the rows this process wrote: a process
@@ -54,6 +65,8 @@ _INPLACE_MOVES = frozenset({"copy_", "index_put_", "_index_put_impl_", "index_co
 _DATA = frozenset({"self", "src", "source", "values", "tensors", "other"})
 _WRITTEN_SCALARS = _DATA | {"value"}  # a scalar an op writes (`where`'s other, a pad or scatter value)
 _CANARY = "<canary>"
+# Ops that can give a tensor's storage new, unwritten bytes (growth of the same storage).
+_GROWS = frozenset({"resize_", "set_"})
 
 
 class _Shadow:
@@ -144,6 +157,7 @@ class _Sanitizer:
         mode.__enter__()  # for the life of the process; a forked child inherits nothing, it starts its own
         for method in ("tolist", "numpy", "__array__"):  # read the data without dispatching an op
             self._wrap_method(method)
+        _HostSources(self).install(after_import)
         for name in kernels:
             module, _, attr = name.rpartition(".")
             after_import(module, lambda m, attr=attr, name=name: self._wrap_kernel(m, attr, name))
@@ -205,6 +219,8 @@ class _Sanitizer:
             result = func(*args, **kwargs)
             self.track(result)
             return result
+        if name in _GROWS and args and isinstance(args[0], self.torch.Tensor):
+            return self._growing(func, args, kwargs)
         if not self.shadows or name in _METADATA or func.is_view or name.endswith("_like") or name.startswith("new_"):
             return func(*args, **kwargs)
         if self.capturing():  # a CUDA graph capture executes nothing, and a mask check would sync
@@ -237,6 +253,30 @@ class _Sanitizer:
                         self.mark_partial(name, t, args)
                     else:
                         self.mark(t)
+        return result
+
+    def _growing(self, func, args, kwargs):
+        """`resize_`/`set_` that grow their tensor's own storage: the new bytes are unwritten (a storage
+        the tensor is set to instead keeps the shadow it has)."""
+        t = args[0]
+        before = t.untyped_storage()
+        old, size, key = self.shadow(t), before.nbytes(), before.data_ptr()
+        result = func(*args, **kwargs)
+        after = t.untyped_storage()
+        if after is not before or after.nbytes() <= size:
+            return result
+        site = old.site if old is not None else self._site()
+        if site is None:
+            return result
+        elem = old.elem if old is not None else t.element_size()
+        mask = self.torch.zeros((after.nbytes() // elem,), dtype=self.torch.bool)
+        if old is not None:
+            mask[: old.mask.numel()] = old.mask
+            self.shadows.pop(key, None)
+        else:
+            mask[: size // elem] = True
+            self.allocated_at(site)
+        self.shadows[after.data_ptr()] = _Shadow(weakref.ref(after), mask, elem, site)
         return result
 
     def _written(self, func):
@@ -325,9 +365,40 @@ class _Sanitizer:
             site = self._site()
             if site is not None:
                 self._new_shadow(t, site, initialised=False)
-                if site not in self.allocated:  # which lines ran uninitialised, for the harness to compare
-                    self.allocated.add(site)
-                    self.rows.write(json.dumps({"alloc": site, "pid": os.getpid()}))
+                self.allocated_at(site)
+
+    def allocated_at(self, site):
+        if site not in self.allocated:  # which lines ran uninitialised, for the harness to compare
+            self.allocated.add(site)
+            self.rows.write(json.dumps({"alloc": site, "pid": os.getpid()}))
+
+    def track_storage(self, storage, site):
+        """An UntypedStorage allocated unwritten (its mask in bytes)."""
+        if storage.nbytes() > 0:
+            mask = self.torch.zeros((storage.nbytes(),), dtype=self.torch.bool)
+            self.shadows[storage.data_ptr()] = _Shadow(weakref.ref(storage), mask, 1, site)
+            self.allocated_at(site)
+
+    def track_host(self, t, written, site):
+        """A tensor over memory from outside aten: `written` (a bool tensor in `t`'s shape, or one bool for
+        all of it) says which elements hold values."""
+        if not isinstance(t, self.torch.Tensor) or t.numel() == 0:
+            return
+        if self.shadow(t) is None and bool(written.all()):
+            return
+        sh = self.shadow(t) or self._new_shadow(t, site, initialised=True)
+        view = self._view(sh, t)
+        if view.shape == t.shape and written.shape == t.shape:
+            view.copy_(written)
+        else:
+            view.fill_(bool(written.all()))
+        self.allocated_at(site)
+
+    def unwatched(self, site, how):
+        key = ("unwatched", site, how)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.rows.write(json.dumps({"unwatched": site, "how": how, "pid": os.getpid()}))
 
     def _new_shadow(self, t, site, initialised):
         storage = t.untyped_storage()
@@ -438,6 +509,161 @@ class _Sanitizer:
                     break
             f = f.f_back
         return at, via if via != at else None
+
+
+# The pattern numpy.empty's arrays are filled with, per element size: a NaN whose payload arithmetic does not
+# produce (floats; a complex number's two halves), or the largest value (ints), or True.
+_NAN_BITS = {2: 0x7E5A, 4: 0x7FC5A5A5, 8: 0x7FF8A5A5A5A5A5A5}
+_ZEROED = (bytes, bytearray, str)  # Python objects whose memory is always written (array.array, mmap: by name)
+
+
+class _HostSources:
+    """Memory that reaches a tensor without an aten allocator: numpy's, an UntypedStorage's, a buffer's."""
+
+    def __init__(self, sanitizer):
+        self.s = sanitizer
+        self.torch = sanitizer.torch
+        self.arrays = {}  # id(array) -> (weakref to it, its allocation site): numpy.empty from a target line
+        self.from_numpy = self.torch.from_numpy
+
+    def install(self, after_import):
+        torch = self.torch
+        for name in ("from_numpy", "as_tensor", "asarray", "tensor", "frombuffer"):
+            self._wrap_source(name)
+        storage_type = torch.UntypedStorage
+        new = storage_type.__new__
+        s = self.s
+
+        def created(cls, *args, **kwargs):
+            storage = new(cls, *args, **kwargs)
+            if cls is storage_type and len(args) == 1 and type(args[0]) is int and not kwargs.keys() - {"device"}:
+                if s._outside(sys._getframe(1).f_code.co_filename):  # not torch's own (torch.load fills its own)
+                    site = s._site()
+                    if site is not None:
+                        s.track_storage(storage, site)
+            return storage
+
+        storage_type.__new__ = staticmethod(created)
+        after_import("numpy", self._wrap_numpy)
+
+    # -- numpy's allocators --------------------------------------------------------------------
+    def _wrap_numpy(self, np):
+        for name in ("empty", "empty_like"):
+            original = getattr(np, name, None)
+            if original is not None:
+                setattr(np, name, self._allocator(np, original))
+
+    def _allocator(self, np, original):
+        def allocate(*args, **kwargs):
+            a = original(*args, **kwargs)
+            site = self.s._site() if isinstance(a, np.ndarray) and a.size else None
+            if site is not None and _fill(np, a):
+                self.arrays[id(a)] = (weakref.ref(a), site)
+                self.s.allocated_at(site)
+            return a
+
+        allocate.__wrapped__ = original
+        return allocate
+
+    # -- where tensors meet outside memory ------------------------------------------------------
+    def _wrap_source(self, name):
+        original = getattr(self.torch, name)
+        # code torch.compile traces calls this too: there the answer is a constant and the masks are not traced
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", lambda: False)
+
+        def source(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if args and not compiling():
+                try:
+                    self._follow(name, args, kwargs, result)
+                except (RuntimeError, TypeError, ValueError, AttributeError):
+                    pass  # a form the masks cannot follow: the tensor stays as aten sees it
+            return result
+
+        setattr(self.torch, name, source)
+
+    def _follow(self, name, args, kwargs, result):
+        np = sys.modules.get("numpy")
+        data = args[0]
+        if name == "frombuffer":
+            while isinstance(data, memoryview):
+                data = data.obj
+        elif np is None or not isinstance(data, np.ndarray):
+            return
+        owner = _owner(np, data) if np is not None and isinstance(data, np.ndarray) else data
+        tracked = self._tracked(owner)
+        if tracked is None:
+            how = _unwatched(np, owner)
+            if how is not None:
+                at = self.s._site()
+                if at is not None:
+                    self.s.unwatched(at, "torch.%s of %s" % (name, how))
+            return
+        written = _written(np, data)
+        if name == "frombuffer":
+            offset = kwargs.get("offset", args[3] if len(args) > 3 else 0)
+            es, n = result.element_size(), result.numel()
+            by_byte = np.repeat(written.reshape(-1), data.itemsize)[offset: offset + n * es]
+            written = by_byte.reshape(n, es).all(axis=1).reshape(tuple(result.shape))
+        self.s.track_host(result, self.from_numpy(np.ascontiguousarray(written)), tracked)
+
+    def _tracked(self, owner):
+        entry = self.arrays.get(id(owner))
+        return entry[1] if entry is not None and entry[0]() is owner else None
+
+
+def _owner(np, a):
+    """The object that owns an array's memory: the array that allocated it, or a foreign object."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    while isinstance(a, memoryview):
+        a = a.obj
+    return a
+
+
+def _unwatched(np, owner):
+    """What the memory is when no allocator perfagent watches made it, or None where it is always written
+    (numpy's own allocations but numpy.empty's, bytes, bytearray, array.array, mmap, ctypes' own)."""
+    if np is not None and isinstance(owner, np.ndarray):
+        return None
+    kind = type(owner).__module__ + "." + type(owner).__name__
+    if isinstance(owner, _ZEROED) or kind in ("array.array", "mmap.mmap"):
+        return None
+    if hasattr(owner, "_b_needsfree_"):  # ctypes: zero-filled when it allocated the memory itself
+        return None if owner._b_needsfree_ and owner._b_base_ is None else "ctypes memory (%s)" % kind
+    return "memory of a %s (an allocator perfagent does not watch)" % kind
+
+
+def _fill(np, a):
+    """Write the pattern into `a`; False for a dtype that has none (the array is then not tracked)."""
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if not a.dtype.isnative:
+        return False
+    if kind == "f" and size in _NAN_BITS:
+        a.view("u%d" % size).fill(_NAN_BITS[size])
+    elif kind == "c" and size // 2 in _NAN_BITS:
+        for half in (a.real, a.imag):
+            half.view("u%d" % (size // 2)).fill(_NAN_BITS[size // 2])
+    elif kind in "iu":
+        a.fill(np.iinfo(a.dtype).max)
+    elif kind == "b":
+        a.fill(True)
+    else:
+        return False
+    return True
+
+
+def _written(np, a):
+    """Which elements of `a` no longer hold the pattern (bool array in `a`'s shape)."""
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if kind == "f":
+        return a.view("u%d" % size) != _NAN_BITS[size]
+    if kind == "c":
+        u = "u%d" % (size // 2)
+        return (a.real.view(u) != _NAN_BITS[size // 2]) | (a.imag.view(u) != _NAN_BITS[size // 2])
+    if kind in "iu":
+        return a != np.iinfo(a.dtype).max
+    return ~a
 
 
 def _cpu(torch):

@@ -5,8 +5,9 @@ allocated uninitialised from a line of the changed files and append each read of
 unwritten elements to a file of their own in a folder the harness owns. Here those records
 become one result: the patch's buffers (allocated on a changed line) read before written, each
 with its op, call site and the tests it happened in, kept apart from allocations the base
-already made uninitialised; and "not measured" (no process started the sanitizer, and why)
-apart from "nothing read". Only rows signed with the run's key count (agent.checks.records), and
+already made uninitialised; the changed lines that wrap memory no watched allocator made in a tensor
+(ctypes, an extension's own allocation), as "not watched"; and "not measured" (no process started
+the sanitizer, and why) apart from "nothing read". Only rows signed with the run's key count (agent.checks.records), and
 every process that started the sanitizer must have closed it: a closing row that is missing, says
 the mode left the dispatch stack or the canary read went unseen, or whose digest does not match
 the rows before it, makes the whole result "not measured". This evidence is still gathered inside
@@ -43,6 +44,7 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
     started, errors, forged, unkeyed, tampered = 0, [], 0, 0, 0
     merged: dict[tuple, UninitRead] = {}
     allocated: set[str] = set()
+    unwatched: dict[str, str] = {}  # site -> what memory it wraps that nothing watched
     for f in sorted(folder.glob("reads.*")):
         got = read_rows(f, key)
         forged += got.forged
@@ -60,8 +62,10 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
             try:
                 raw = json.loads(row)
                 if "alloc" in raw:
-                    allocated.add(_relative(raw["alloc"].rpartition(":")[0], root) + ":"
-                                  + raw["alloc"].rpartition(":")[2])
+                    allocated.add(_site(raw["alloc"], root))
+                    continue
+                if "unwatched" in raw:
+                    unwatched.setdefault(_site(raw["unwatched"], root), str(raw.get("how")))
                     continue
                 read = _read(raw, root)
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -76,7 +80,9 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
         return SanitizerResult(measured=False, tampered=bool(tampered),
                                note=f"uninitialised reads not measured: {why}")
     lines = {f.path: set(f.lines) for f in changed}
-    result = SanitizerResult(allocated=sorted(allocated),
+    mine = [f"{site}: {how}" for site, how in sorted(unwatched.items())
+            if int(site.rpartition(":")[2]) in lines.get(site.rpartition(":")[0], ())]
+    result = SanitizerResult(allocated=sorted(allocated), unwatched=mine,
                              note="; ".join([IN_PROCESS, *untrusted(forged, unkeyed, "reads they made")]))
     for read in merged.values():
         path, _, line = read.buffer.rpartition(":")
@@ -130,6 +136,12 @@ def _read(raw: dict, root: Path) -> UninitRead:
                       uninitialised=raw.get("uninitialised", 0), elements=raw.get("of", 0),
                       index=raw.get("index") or [], at=_where(raw.get("at"), root), via=_where(raw.get("via"), root),
                       tests=[raw["test"]] if raw.get("test") else [])
+
+
+def _site(raw: str, root: Path) -> str:
+    """'file:line' with the file made repo-relative."""
+    path, _, line = str(raw).rpartition(":")
+    return f"{_relative(path, root)}:{int(line)}"
 
 
 def _relative(path: str, root: Path) -> str:

@@ -145,6 +145,26 @@ def paired_ci(baseline: list[float], candidate: list[float], *, confidence: floa
     return point, point
 
 
+def block_ci(blocks: list[tuple[list[float], list[float]]], *, confidence: float = 0.95, n_resamples: int = 4000,
+             seed: int = 0) -> tuple[float, float, float]:
+    """(ratio, low, high) over blocks of paired samples, each block (baseline, candidate) from its own separately
+    started bench server: a two-stage percentile bootstrap, blocks with replacement, then rounds within each, of
+    exp(HL) of the pooled log ratios. A server's memory layout biases a whole block alike (agent.checks.perf.Bench),
+    which one block's interval cannot see; resampling blocks carries that spread into the interval."""
+    logs = [np.log(np.asarray(c, float)) - np.log(np.asarray(b, float)) for b, c in blocks if len(b) and len(c)]
+    if not logs:
+        raise ValueError("no block has samples")
+    point = float(np.exp(hodges_lehmann(np.concatenate(logs))))
+    rng = np.random.default_rng(seed)
+    est = np.empty(n_resamples)
+    for k in range(n_resamples):
+        picked = [logs[i] for i in rng.integers(0, len(logs), len(logs))]
+        est[k] = hodges_lehmann(np.concatenate([d[rng.integers(0, len(d), len(d))] for d in picked]))
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(est, [tail, 100 - tail])
+    return point, min(float(np.exp(lo)), point), max(float(np.exp(hi)), point)
+
+
 def signed_rank_p(baseline: list[float], candidate: list[float]) -> float:
     """Two-sided Wilcoxon signed-rank p-value of the per-round log ratios (exact for n <= 50)."""
     d = np.log(np.asarray(candidate, float)) - np.log(np.asarray(baseline, float))

@@ -14,11 +14,11 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel
 
-from agent.results.layout import EMITTED, REJECTED
+from agent.results.layout import ASIDE, EMITTED, REJECTED
 
 MAX_NEW_FILE_BYTES = 1_000_000  # a new file over this is no source change: left out
 MAX_DIFF_BYTES = 5_000_000  # a whole diff over this is refused (`patchinfo.hygiene_problems`), never graded
-OUTPUT_NAMES = frozenset({EMITTED, REJECTED})  # perfagent's own outputs, at any depth: never part of a change
+OUTPUT_NAMES = frozenset({EMITTED, REJECTED, ASIDE})  # perfagent's own outputs, at any depth: never part of a change
 NOTE_FILES = 20  # at most this many left-out files are named to an agent; report.json lists them all
 
 

@@ -76,6 +76,8 @@ class CheckAnswer:
     failure: str  # the first failing test, else the failing mode or the first reason
     faster: bool = False
     perf_line: str = ""
+    # the speed is not established (the noise hid the answer, or no clock could tell): no finding against the change
+    unestablished: bool = False
     # "path:line" of an allocation -> the evidence against making it uninitialised (a read before any
     # write, or a read site no test runs): names the culprit without splitting the group.
     blamed: dict[str, Caught] = field(default_factory=dict)
@@ -99,7 +101,8 @@ def read_checks(result: ToolOutput) -> CheckAnswer:
     first = _first_failure(ev)
     faster = perf is not None and perf.verdict == PerfVerdict.FASTER
     return CheckAnswer(ev.verdict == Verdict.PASS, first.reason, faster,
-                        perf_line(perf) if perf is not None else "", _blamed(evidence) if evidence else {},
+                        perf_line(perf) if perf is not None else "", perf is not None and perf.unestablished,
+                        _blamed(evidence) if evidence else {},
                         ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test,
                         _unrun(ev))
 
@@ -269,6 +272,11 @@ class RulesPolicy:
             if verdict.passed and verdict.faster:
                 # no figure here: the report's one speedup is the final evaluation's, over more pairs
                 summary = self._summary(decisions, others, f"kept {len(kept)} rewrite(s), faster in a quick check")
+            elif verdict.passed and verdict.unestablished:
+                # proven safe, speed unknown: the full check samples more; what it cannot call is kept aside
+                headline = (f"speed not established in a quick check ({verdict.perf_line}): kept {len(kept)} "
+                            f"proven-safe rewrite(s) for the full check, emitted only if it finds them faster")
+                summary = self._summary(decisions, others, headline, speed_unknown=True)
             else:
                 kept = []
                 why = verdict.perf_line or verdict.failure
@@ -280,10 +288,10 @@ class RulesPolicy:
         return summary
 
     def _summary(self, decisions: list[Decision], others: list[Finding], headline: str, *,
-                 reverted: bool = False) -> str:
+                 reverted: bool = False, speed_unknown: bool = False) -> str:
         """The summary text submitted, and the same decisions as records (`self.record`) for report.json."""
         ordered = sorted(decisions, key=lambda d: (not d.kept, d.finding.path, d.finding.line))
-        self.record = PolicyRecord(name=self.name, outcome=headline, reverted=reverted,
+        self.record = PolicyRecord(name=self.name, outcome=headline, reverted=reverted, speed_unknown=speed_unknown,
                                    decisions=[d.record() for d in ordered])
         return _summary(ordered, others, headline)
 

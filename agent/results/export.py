@@ -25,21 +25,24 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.agents import PREDICTION, split_spec
-from agent.results.layout import EMITTED, job_paths, locate, out_dir_of, split_key
+from agent.checks.conditions import Conditions, busy_why
+from agent.results.layout import EMITTED, RUN_PREDICTIONS, job_paths, locate, out_dir_of, split_key
 from agent.results.load import load_run
 from agent.results.predictions import Prediction
 from agent.results.record import JobRecord
+from agent.util.files import atomic_write
 from agent.util.text import csv_cell
 
 __all__ = ["CSV_COLUMNS", "FORMATS", "SCHEMA", "ExportError", "ExportedJob", "PerfagentFields",
            "contestant_name", "csv_row", "csv_text", "load_jobs", "prediction", "predictions_json", "predictions_jsonl",
-           "repeated", "select"]
+           "repeated", "select", "write_run_predictions"]
 
 SCHEMA = "perfagent.prediction/1"  # the `perfagent` object's shape; a change of a field's meaning bumps it
 FORMATS = ("predictions", "csv")
 CSV_COLUMNS = ("run_id", "job", "task", "contestant", "sample", "status", "outcome", "verdict", "perf_verdict",
                "speedup", "speedup_low", "speedup_high", "reference_speedup", "fraction_of_reference", "cost_usd",
-               "turns", "wall_s")
+               "turns", "wall_s", "busy", "others_cpu_share", "runnable_per_core", "cpu_mhz", "gpu_sm_mhz",
+               "gpu_mem_mhz")  # busy: why the machine was, while the speed was sampled (agent.checks.conditions)
 
 
 class ExportError(Exception):
@@ -76,6 +79,8 @@ class PerfagentFields(BaseModel):
     cost_usd: float | None  # None: the model has no known price
     num_turns: int
     wall_s: float
+    busy: str | None = None  # why the machine was busy while the speed was sampled: the figure compares with no other
+    conditions: Conditions | None = None  # the machine while the speed was sampled (agent.checks.conditions)
 
 
 # -- reading ----------------------------------------------------------------------------------------------
@@ -95,6 +100,17 @@ def load_jobs(path: Path | str) -> list[ExportedJob]:
         raise ExportError(f"{path}: no runs found (expected <job>/report.json under a results/<run-id> folder)")
     records.sort(key=lambda r: (r.task, r.model, r.sample, r.key))
     return [ExportedJob(run_dir.name, r, _emitted(run_dir, r)) for r in records]
+
+
+def write_run_predictions(run_dir: Path, records: Iterable[JobRecord]) -> Path:
+    """A run's predictions.jsonl beside its summary: every job as `perfagent export RUN` writes it (ordered
+    the same way), so a batch leaves the file SWE-bench's and GSO's harnesses read without a second command."""
+    run_dir = Path(run_dir)
+    jobs = [ExportedJob(run_dir.name, r, _emitted(run_dir, r))
+            for r in sorted(records, key=lambda r: (r.task, r.model, r.sample, r.key))]
+    path = run_dir / RUN_PREDICTIONS
+    atomic_write(path, predictions_jsonl(prediction(j) for j in jobs))
+    return path
 
 
 def _emitted(run_dir: Path, record: JobRecord) -> str:
@@ -137,7 +153,8 @@ def prediction(job: ExportedJob) -> Prediction:
             run_id=job.run_id, job=r.key, sample=r.sample, status=r.status, outcome=r.outcome, verdict=r.verdict,
             correct=r.correct, perf_verdict=r.perf_verdict, speedup=r.speedup, speedup_interval=r.speedup_interval,
             reference_speedup=r.reference_speedup, fraction_of_reference=r.fraction_of_reference,
-            cost_usd=r.cost_usd, num_turns=r.num_turns, wall_s=r.wall_s).model_dump(mode="json", by_alias=True))
+            cost_usd=r.cost_usd, num_turns=r.num_turns, wall_s=r.wall_s, busy=busy_why(r.conditions),
+            conditions=r.conditions).model_dump(mode="json", by_alias=True))
 
 
 def contestant_name(spec: str) -> str:
@@ -162,11 +179,14 @@ def csv_row(job: ExportedJob) -> dict[str, object]:
     """One job as the summary's columns; a value that is not known is None (an empty cell)."""
     r = job.record
     low, high = r.speedup_interval or (None, None)
+    c = r.conditions or Conditions()
     return {"run_id": job.run_id, "job": r.key, "task": r.task, "contestant": r.model, "sample": r.sample,
             "status": r.status, "outcome": r.outcome, "verdict": r.verdict, "perf_verdict": r.perf_verdict,
             "speedup": r.speedup, "speedup_low": low, "speedup_high": high, "reference_speedup": r.reference_speedup,
             "fraction_of_reference": r.fraction_of_reference, "cost_usd": r.cost_usd, "turns": r.num_turns,
-            "wall_s": r.wall_s}
+            "wall_s": r.wall_s, "busy": busy_why(r.conditions), "others_cpu_share": c.others_share,
+            "runnable_per_core": c.runnable_per_core, "cpu_mhz": c.cpu_mhz, "gpu_sm_mhz": c.gpu_sm_mhz,
+            "gpu_mem_mhz": c.gpu_mem_mhz}
 
 
 def csv_text(jobs: Iterable[ExportedJob]) -> str:

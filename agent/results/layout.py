@@ -20,8 +20,11 @@ RESULTS, PATCHES = "results", "patches"  # under --out: each holds a folder per 
 REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks.json", "batch.log"
 ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
 EMITTED, REJECTED = "model_patch.diff", "rejected.diff"
+ASIDE = "speed_unknown.diff"  # a change proven safe whose speed the machine's noise left unknown: `check` it later
 LEDGER, PLAN = "batch.jsonl", "batch.json"  # a batch's memory and its request, beside its jobs
-PREDICTIONS = "predictions.jsonl"  # `check --predictions`: the patches its jobs grade, as they were read
+# `check --predictions`: the patches its jobs grade, as they were read (predictions.jsonl before issue 46)
+PREDICTIONS = "predictions.in.jsonl"
+RUN_PREDICTIONS = "predictions.jsonl"  # what a batch produced, SWE-bench's form, written with its summary
 RUNNING = ".running"  # in a job's folder, locked by the live process writing it
 MAX_SLUG = 60
 
@@ -65,6 +68,13 @@ def out_dir_of(run_dir: Path) -> Path:
 def run_folder(out_dir: Path | str, run_id: str) -> Path:
     """`results/<run-id>` under --out: the run's jobs, ledger and plan."""
     return Path(out_dir) / RESULTS / run_id
+
+
+def graded_predictions(run_dir: Path | str) -> Path:
+    """The copy of the predictions a `check --predictions` run grades; a run made before the copy had a name of
+    its own kept it as predictions.jsonl (a resume reads it there, and the batch copies it to its new name)."""
+    path, legacy = Path(run_dir) / PREDICTIONS, Path(run_dir) / RUN_PREDICTIONS
+    return path if path.is_file() or not legacy.is_file() else legacy
 
 
 def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:

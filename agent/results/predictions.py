@@ -17,9 +17,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from agent.task import Task, TaskError, load_task_set
 from agent.util.files import atomic_write
 
-__all__ = ["Prediction", "PredictionsError", "by_attempt", "read_predictions", "write_predictions"]
+__all__ = ["GOLD", "Prediction", "PredictionsError", "by_attempt", "gold_predictions", "read_predictions",
+           "write_predictions"]
+
+GOLD = "gold"  # `--predictions gold`, as SWE-bench's `--predictions_path gold`: every task's reference patch
 
 
 class PredictionsError(Exception):
@@ -91,6 +95,30 @@ def _record(path: Path, where: str, obj: object) -> Prediction:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "record"
         raise PredictionsError(f"{path}: {where}: {field}: {err['msg'].lower()}") from None
+
+
+def gold_predictions(task_set: Path | str) -> tuple[list[Prediction], list[str]]:
+    """Every valid task's reference patch in the set as the prediction of a contestant named "gold" (the check
+    of a task set before anything else is graded on it), and the ids of the tasks that have none. An invalid
+    task is the batch's to name, as it loads the set."""
+    try:
+        tasks = [t for t in load_task_set(task_set) if isinstance(t, Task)]
+    except TaskError as e:
+        raise PredictionsError(str(e)) from None
+    out, missing = [], []
+    for task in tasks:
+        if task.reference_patch is None:
+            missing.append(task.id)
+            continue
+        try:
+            patch = task.reference_patch.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise PredictionsError(f"{task.reference_patch}: cannot read the reference patch of {task.id}: "
+                                   f"{getattr(e, 'strerror', None) or e}") from None
+        out.append(Prediction(instance_id=task.id, model_name_or_path=GOLD, model_patch=patch))
+    if not out:
+        raise PredictionsError("--predictions gold: no task of the set has a reference patch")
+    return out, missing
 
 
 def by_attempt(predictions: Iterable[Prediction]) -> dict[tuple[str, str], list[Prediction]]:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models.base import Usage
+from agent.checks.conditions import Conditions
 from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.results.report import Report
 
@@ -48,6 +49,7 @@ class JobRecord(BaseModel):
     reference_speedup: float | None = None
     reference_interval: tuple[float, float] | None = None
     fraction_of_reference: float | None = None
+    conditions: Conditions | None = None  # the machine while the speed was sampled (agent.checks.conditions)
     cost_usd: float | None = None
     tokens: Usage = Field(default_factory=Usage)
     num_turns: int = 0
@@ -125,6 +127,7 @@ def figures_from_report(report: Report) -> dict[str, Any]:
         "reference_interval": (_interval(ref.ci_low, ref.ci_high, perf.direction)
                                if ref is not None and perf is not None else None),
         "fraction_of_reference": ref.fraction_of_reference if ref is not None else None,
+        "conditions": perf.conditions if perf is not None else None,
         "cost_usd": report.total_cost_usd,
         "tokens": report.usage.to_usage(),
         "num_turns": report.num_turns,

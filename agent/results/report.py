@@ -157,6 +157,9 @@ class PolicyRecord(BaseModel):
     name: str  # "rules"
     outcome: str  # its headline, in its words
     reverted: bool = False  # it took its kept edits back: none of them was emitted
+    # its edits passed but their speed was not established: emitted only if the full check finds them
+    # faster, else kept aside (results/layout.py ASIDE), never as model_patch.diff
+    speed_unknown: bool = False
     decisions: list[EditDecision] = []
 
 

@@ -16,6 +16,9 @@ Definitions (the ones the tables print):
   only then); never recomputed here from point estimates.
 - wall: the real time from the first job's start to the last job's end; "job time" is the
   sum of the jobs' times (with N workers, up to N times the wall).
+- outcome ids (`outcome_ids`): one SWE-bench run report per (contestant, sample), as SWE-bench lists a
+  predictions file's instances: resolved (correct), error (`JobRecord.failure`), empty patch (no change),
+  unresolved (any other graded job), incomplete (skipped, or planned and not yet run).
 - margin over the baseline (the free `rules` contestant a batch adds): per task, a contestant's
   best correct speedup over the baseline's (a contestant with no correct change counts 1x: the
   code as it was), and its Opt minus the baseline's; per model, the geometric mean of the task
@@ -34,9 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.models.base import Usage
 from agent.results.metrics import (OPT_MIN_SPEEDUP, OPT_THRESHOLD, geometric_mean, opt_at_k, opt_undecided, rate,
                                    reaches_reference, wall_span)
+from agent.results.layout import split_key
 from agent.results.record import JobRecord
 
-SCHEMA = "perfagent.batch-summary/3"  # 2: tokens are Usage's fields; 3: wall_s is real time, job_s the sum
+SCHEMA = "perfagent.batch-summary/4"  # 2: tokens are Usage's fields; 3: wall_s is real time, job_s the sum;
+# 4: outcome_ids
 
 
 # -- the summary's shape ----------------------------------------------------------------------
@@ -93,6 +98,18 @@ class TaskRow(BaseModel):
     opt_vs_baseline: int | None = None  # Opt (0/1) minus the baseline's: -1, 0 or 1
 
 
+class OutcomeIds(BaseModel):
+    """One contestant's sample as SWE-bench's run report lists it: its task (instance) ids per outcome."""
+
+    model: str
+    sample: int
+    resolved_ids: list[str] = []
+    unresolved_ids: list[str] = []
+    empty_patch_ids: list[str] = []
+    error_ids: list[str] = []
+    incomplete_ids: list[str] = []
+
+
 class BatchSummary(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
@@ -112,6 +129,7 @@ class BatchSummary(BaseModel):
     elapsed_s: float | None = None  # this batch session's wall time (the driver's clock), when a batch wrote it
     jobs_run: int | None = None  # jobs that ran in that session
     jobs_per_minute: float | None = None
+    outcome_ids: list[OutcomeIds] = []  # per (contestant, sample), in that order
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"
@@ -139,7 +157,31 @@ def summarize(records: Sequence[JobRecord], *, run_id: str, samples: int | None 
     return BatchSummary(run_id=run_id, generated_at=time.time(), samples=k, models=models, baseline=baseline,
                         tasks=sorted(tasks, key=lambda t: (t.task, t.model)),
                         jobs=sorted(records, key=lambda r: r.key), wall_s=wall_span(ran),
-                        job_s=sum(r.wall_s for r in ran), failed=sum(r.failure for r in records))
+                        job_s=sum(r.wall_s for r in ran), failed=sum(r.failure for r in records),
+                        outcome_ids=outcome_ids(records, [(key, m) for key, m in planned if key not in seen]))
+
+
+def outcome_ids(records: Iterable[JobRecord], pending: Iterable[tuple[str, str]] = ()) -> list[OutcomeIds]:
+    """SWE-bench's id lists, one report per (contestant, sample); `pending`: (key, model) of jobs not yet run."""
+    lists: dict[tuple[str, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        lists[(r.model, r.sample)][_id_list(r)].append(r.task)
+    for key, model in pending:
+        k = split_key(key)
+        lists[(model, k.sample)]["incomplete_ids"].append(k.task)
+    return [OutcomeIds(model=m, sample=k, **{name: sorted(ids) for name, ids in got.items()})
+            for (m, k), got in sorted(lists.items())]
+
+
+def _id_list(r: JobRecord) -> str:
+    """Which of SWE-bench's lists a job is in: an error wins over the rest, as it does in `outcome`."""
+    if r.status == "skipped":
+        return "incomplete_ids"
+    if r.failure:
+        return "error_ids"
+    if r.correct:
+        return "resolved_ids"
+    return "empty_patch_ids" if r.no_change else "unresolved_ids"
 
 
 def _margins(baseline: str, models: list[ModelSummary], tasks: list[TaskRow],

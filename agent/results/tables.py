@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from agent.results.summary import BatchSummary, ModelSummary, TaskRow
 from agent.util.files import atomic_write
+from agent.util.fit import Column, FitTable
 from agent.util.text import markup_safe
 
 
@@ -20,9 +19,17 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}x"
 
 
-def _usd(x: float | None, unknown: int = 0) -> str:
+def _usd(x: float | None, unknown: int = 0, jobs: int | None = None) -> str:
+    """A cost; one no job had a price for reads "unpriced", never $0.0000 beside the count of unpriced jobs."""
+    if unknown and jobs is not None and unknown >= jobs:
+        return "unpriced"
     s = "-" if x is None else f"${x:.4f}"
     return s + (f" (+{unknown} unpriced)" if unknown else "")
+
+
+def _unpriced(s: BatchSummary, t: TaskRow) -> int:
+    """The task's jobs for this model that ran with no known cost (a prediction, a model with no price)."""
+    return sum(r.task == t.task and r.model == t.model and r.status != "skipped" and r.cost_usd is None for r in s.jobs)
 
 
 def _secs(x: float | None) -> str:
@@ -59,14 +66,17 @@ def quality_rows(s: BatchSummary) -> list[tuple[str, ...]]:
 
 
 def spend_rows(s: BatchSummary) -> list[tuple[str, ...]]:
-    return [(m.model, _usd(m.cost_usd, m.cost_unknown_jobs), _usd(m.cost_per_job), _tok(m.tokens.total),
+    return [(m.model, _usd(m.cost_usd, m.cost_unknown_jobs, m.jobs),
+             "unpriced" if m.cost_per_job is None and m.cost_unknown_jobs else _usd(m.cost_per_job),
+             _tok(m.tokens.total),
              _secs(m.wall_s), _secs(m.job_s), _secs(m.overhead_per_job_s), f"{m.skipped}/{m.pending}")
             for m in s.models]
 
 
 def task_rows(s: BatchSummary) -> list[tuple[str, ...]]:
     return [(t.task, t.model, str(t.jobs), _outcomes_cell(t), str(t.correct), str(t.faster), _x(t.best_speedup),
-             _x(t.reference_speedup), "-" if t.opt is None else ("yes" if t.opt else "no"), _usd(t.cost_usd))
+             _x(t.reference_speedup), "-" if t.opt is None else ("yes" if t.opt else "no"),
+             _usd(t.cost_usd, _unpriced(s, t), t.jobs))
             for t in s.tasks]
 
 
@@ -104,17 +114,22 @@ def sections(s: BatchSummary) -> list[tuple[str, tuple[str, ...], list[tuple[str
             ("per task", *_with_margins(s, TASK_COLUMNS, task_rows(s), s.tasks))]
 
 
-def summary_tables(s: BatchSummary) -> list[Table]:
-    """The summary as rich tables: results per model, spend per model, one row per (task, model). A cell
-    holds names from a ledger that may come from elsewhere: markup-escaped, its control sequences stripped."""
+# In a terminal too narrow for a whole table, the columns left out first (higher sooner); the rest always show.
+NARROW_DROP: dict[tuple[str, ...], dict[str, int]] = {
+    QUALITY_COLUMNS: {"jobs": 6, "no change": 5, "of ref. gain": 4, "failed": 3, "geomean speedup": 2},
+    SPEND_COLUMNS: {"skipped/pending": 7, "overhead/job": 6, "job time": 5, "tokens": 4, "cost/job": 3, "wall": 2},
+    TASK_COLUMNS: {"jobs": 9, "correct": 8, "faster": 7, "ref. speedup": 6, "cost": 5, "opt": 4}}
+
+
+def summary_tables(s: BatchSummary) -> list[FitTable]:
+    """The summary as tables that fit the terminal (`agent.util.fit`): results per model, spend per model, one row
+    per (task, model). A cell holds names from a ledger that may come from elsewhere: markup-escaped, its control
+    sequences stripped."""
     tables = []
     for title, cols, rows in sections(s):
-        t = Table(title=markup_safe(title))
-        for c in cols:
-            t.add_column(markup_safe(c), overflow="fold")
-        for row in rows:
-            t.add_row(*map(markup_safe, row))
-        tables.append(t)
+        drop = next(d for base, d in NARROW_DROP.items() if cols[:len(base)] == base)
+        columns = [Column(markup_safe(c), drop=drop.get(c, 1 if c.startswith("vs ") else 0)) for c in cols]
+        tables.append(FitTable(columns, [tuple(map(markup_safe, row)) for row in rows], title=markup_safe(title)))
     return tables
 
 

@@ -167,6 +167,24 @@ def _reference_speedup(run: RunView) -> float | None:
     return ref.speedup if ref is not None and ref.speedup is not None and math.isfinite(ref.speedup) else None
 
 
+def reference_interval(run: RunView) -> tuple[float, float] | None:
+    """The reference patch's speedup interval (>1 is better), turned from its ratio's as the run's own is."""
+    ref = run.evaluation.reference if run.evaluation is not None else None
+    p = run.perf
+    if ref is None or p is None or ref.ci_low is None or ref.ci_high is None or not 0 < ref.ci_low <= ref.ci_high \
+            or not math.isfinite(ref.ci_high):
+        return None
+    return (1 / ref.ci_high, 1 / ref.ci_low) if p.direction == "lower" else (ref.ci_low, ref.ci_high)
+
+
+def task_reference(runs: list[RunView]) -> tuple[float, tuple[float, float] | None] | None:
+    """A task's reference as its runs measured it: the median measurement (the upper one of an even count, as the
+    summary's "ref. speedup" is) with that measurement's interval."""
+    measured = sorted(((v, reference_interval(r)) for r in runs if (v := _reference_speedup(r)) is not None),
+                      key=lambda m: m[0])
+    return measured[len(measured) // 2] if measured else None
+
+
 def _colors(results: Results) -> dict[str, str]:
     models = dict.fromkeys(contestant(r.model, r.agent) for r in sorted(results.runs, key=lambda r: r.model))
     return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
@@ -174,7 +192,7 @@ def _colors(results: Results) -> dict[str, str]:
 
 def speedup_svg(results: Results) -> Markup | None:
     """One row per run: its speedup (>1 is better) with its interval as whiskers, on an axis through 1.0;
-    the reference patch's speedup marked per task. Runs with no measurement say so on their row."""
+    the reference patch's speedup marked per task, its interval shaded. Runs with no measurement say so on their row."""
     runs = sorted((r for r in results.runs if not r.pending),
                   key=lambda r: (r.task, contestant(r.model, r.agent), r.sample, r.key))
     if not runs:
@@ -185,7 +203,8 @@ def speedup_svg(results: Results) -> Markup | None:
     width, right, top, row, gap = 1000, 220, 34, 26, 10
     values: list[float] = []
     for r in runs:
-        values += [v for v in (r.speedup, _reference_speedup(r), *(r.interval or ())) if v is not None]
+        values += [v for v in (r.speedup, _reference_speedup(r), *(r.interval or ()), *(reference_interval(r) or ()))
+                   if v is not None]
     scale, ticks, decimals = domain(values, through_one=True)
     scale.a, scale.b = left, width - right
     ys: list[float] = []
@@ -202,14 +221,22 @@ def speedup_svg(results: Results) -> Markup | None:
     body += one_line(scale, top, axis_y, "1.0 = no change")
     for task in dict.fromkeys(r.task for r in runs):  # the reference, once per task, across its rows
         rows_ = [(r, yy) for r, yy in zip(runs, ys) if r.task == task]
-        refs = [v for v in (_reference_speedup(r) for r, _ in rows_) if v is not None]
-        if not refs:
+        measured = task_reference([r for r, _ in rows_])
+        if measured is None:
             continue
-        ref = statistics.median(refs)
+        ref, iv = measured
         x, y0, y1 = scale(ref), rows_[0][1] - row / 2 + 2, rows_[-1][1] + row / 2 - 2
+        said = f"{ref:.3f}x" + (f", 95% interval [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else ", no interval measured")
+        if iv is not None:  # the interval as a band across the task's rows: a run's whisker inside it is no faster
+            x0, x1 = scale(iv[0]), scale(iv[1])
+            body.append(f'<rect class="reference-interval" data-task="{esc(task)}" data-lo="{iv[0]:.6g}" '
+                        f'data-hi="{iv[1]:.6g}" x="{x0}" y="{y0:.1f}" width="{max(x1 - x0, 1.0):.2f}" '
+                        f'height="{y1 - y0:.1f}" fill="{SIDE_COLORS["reference"]}" fill-opacity="0.2" '
+                        f'stroke="{SIDE_COLORS["reference"]}" stroke-opacity="0.6" stroke-dasharray="3 2">'
+                        f'<title>reference patch on {esc(task)}: {said}</title></rect>')
         body.append(f'<line class="reference" data-task="{esc(task)}" data-value="{ref:.6g}" x1="{x}" x2="{x}" '
                     f'y1="{y0:.1f}" y2="{y1:.1f}" stroke="{SIDE_COLORS["reference"]}" stroke-width="3" '
-                    f'stroke-opacity="0.8"><title>reference patch on {esc(task)}: {ref:.3f}x</title></line>')
+                    f'stroke-opacity="0.8"><title>reference patch on {esc(task)}: {said}</title></line>')
         body.append(diamond(x, y0, 5, SIDE_COLORS["reference"], "reference-mark"))
     for r, label, yy in zip(runs, labels, ys):
         c = color[contestant(r.model, r.agent)]
@@ -230,11 +257,15 @@ def speedup_svg(results: Results) -> Markup | None:
     ly = axis_y + 52
     keys, lx = legend(color, float(left), ly)
     body += keys
+    if lx + 140 > width:  # no room left on the line: the next keys on a line of their own
+        lx, ly = 12.0, ly + 18
     body.append(f'<circle cx="{lx + 5:.1f}" cy="{ly - 4}" r="5" fill="#fff" stroke="#5f6368" stroke-width="2"/>')
     body.append(text(lx + 14, ly, "hollow: not correct", size=11, cls="legend"))
     lx += 140
+    if lx + 330 > width:
+        lx, ly = 12.0, ly + 18
     body.append(diamond(lx + 5, ly - 4, 5, SIDE_COLORS["reference"], "legend-ref"))
-    body.append(text(lx + 14, ly, "reference patch (per task)", size=11, cls="legend"))
+    body.append(text(lx + 14, ly, "reference patch (per task), shaded: its 95% interval", size=11, cls="legend"))
     return doc(width, ly + 10, body, "speedup per run with 95% intervals, through 1.0", "chart speedups")
 
 

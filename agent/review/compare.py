@@ -5,6 +5,11 @@ carries its speedup's 95% interval (from its own interleaved A/B rounds), and "f
 "slower" needs the two intervals to be disjoint; overlapping ones are "no clear difference",
 and a side without an interval (or measured inconclusively) makes it "inconclusive". How each
 run ended (its report's subtype) is shown on both sides, and a change in failures is named.
+
+Two figures measured under different conditions (either on a busy machine, or at CPU or GPU clocks
+apart: agent.checks.conditions) are never called different: a run's interval describes its own
+noise, not how far its figure moves when the machine is shared. Such a change of speed, or of a
+task's Opt decision, is "not comparable", with why beside it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent.checks.conditions import comparable
 from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.results.summary import ModelSummary, TaskRow
 from agent.review.load import Results, RunView
@@ -27,14 +33,30 @@ CHANGE_STYLE = {"new": "cyan", "gone": "magenta", "more correct": "green", "fast
                 "inconclusive": "yellow"}
 
 
+def conditions_apart(a: RunView | None, b: RunView | None) -> str | None:
+    """Why the figures of runs `a` and `b` cannot be compared (agent.checks.conditions); None when they can."""
+    if a is None or b is None or a.perf is None or b.perf is None:
+        return None
+    ok, why = comparable(a.perf.conditions, b.perf.conditions, ("a", "b"))
+    return None if ok else why
+
+
+def _runs_apart(runs_a: list[RunView], runs_b: list[RunView]) -> str | None:
+    """The first reason any measured run of one side cannot be compared with one of the other."""
+    return next((why for ra in runs_a for rb in runs_b if (why := conditions_apart(ra, rb))), None)
+
+
 def speed_change(a: RunView | None, b: RunView | None) -> str | None:
-    """faster | slower (the two 95% intervals are disjoint) | no clear difference | inconclusive; None
-    when a side has no speedup to compare."""
+    """faster | slower (the two 95% intervals are disjoint, under like conditions) | not comparable (disjoint,
+    but measured under different conditions) | no clear difference | inconclusive; None when a side has
+    no speedup to compare."""
     if a is None or b is None or a.speedup is None or b.speedup is None:
         return None
     ia, ib = a.interval, b.interval
     if ia is None or ib is None:
         return "inconclusive"
+    if (ib[0] > ia[1] or ib[1] < ia[0]) and conditions_apart(a, b):
+        return "not comparable"
     if ib[0] > ia[1]:
         return "faster"
     if ib[1] < ia[0]:
@@ -84,6 +106,19 @@ class CompareRow:
     @property
     def speed(self) -> str | None:
         return speed_change(self.best_a, self.best_b)
+
+    @property
+    def speed_why(self) -> str | None:
+        """Why the best speedups are not compared, when they are not."""
+        return conditions_apart(self.best_a, self.best_b) if self.speed == "not comparable" else None
+
+    @property
+    def opt_apart(self) -> str | None:
+        """Why a change of the task's Opt decision is no difference: its runs were measured under different
+        conditions. None when it did not change, or the runs compare."""
+        if self.a is None or self.b is None or self.a.opt is None or self.b.opt is None or self.a.opt == self.b.opt:
+            return None
+        return _runs_apart(self.runs_a, self.runs_b)
 
     @property
     def change(self) -> str:
@@ -167,33 +202,62 @@ def _speedups(r: CompareRow) -> str:
     return f"{side(r.best_a)} -> {side(r.best_b)}"
 
 
+def _opt(r: CompareRow) -> str:
+    """"yes -> no", and when the runs were measured under different conditions, that it is no difference."""
+    def side(t: TaskRow | None) -> str:
+        return "-" if t is None or t.opt is None else "yes" if t.opt else "no"
+
+    why = r.opt_apart
+    return f"{side(r.a)} -> {side(r.b)}" + (f" (not comparable: {why})" if why else "")
+
+
+def _change(r: CompareRow) -> str:
+    why = r.speed_why if r.change == "not comparable" else None
+    return r.change + (f": {why}" if why else "")
+
+
 def compare_table(a: Results, b: Results, rows: list[CompareRow]) -> Table:
     t = Table(title=markup_safe(f"{a.run_id} -> {b.run_id}"), title_justify="left",
               caption="faster / slower: the two runs' 95% intervals do not overlap; otherwise no clear difference "
-                      "(or inconclusive, when a side's measurement could not tell)", caption_justify="left")
-    for col in ("task", "model", "outcomes", "ended", "correct", "best speedup [95% CI]", "cost", "change"):
+                      "(or inconclusive, when a side's measurement could not tell); not comparable: measured under "
+                      "different conditions (a busy machine, clocks apart), named beside it", caption_justify="left")
+    for col in ("task", "model", "outcomes", "ended", "correct", "best speedup [95% CI]", "Opt", "cost", "change"):
         t.add_column(col, overflow="fold")
     for r in rows:
         # names and outcomes from two ledgers made elsewhere: markup escaped, control sequences stripped
         t.add_row(markup_safe(r.task), markup_safe(r.model), markup_safe(_pair(r.outcomes_a, r.outcomes_b)),
                   Text(strip_controls(_pair(r.subtypes_a, r.subtypes_b, collapse=True)),
                        style="" if r.subtypes_a == r.subtypes_b else "yellow"),
-                  _correct(r.a, r.b), _speedups(r),
+                  _correct(r.a, r.b), _speedups(r), _opt(r),
                   _arrow(r.a.cost_usd if r.a else None, r.b.cost_usd if r.b else None, ".4f", "$"),
-                  Text(r.change, style=CHANGE_STYLE.get(r.change, "")))
+                  Text(_change(r), style=CHANGE_STYLE.get(r.change, "")))
     return t
 
 
-def model_compare_table(a: Results, b: Results) -> Table:
+def opt_at_k_change(model: str, x: ModelSummary | None, y: ModelSummary | None, rows: list[CompareRow]) -> str:
+    """"50% -> 100%"; when tasks whose Opt decision changed were measured under different conditions, how
+    many: those changes are no difference (`CompareRow.opt_apart`)."""
+    def side(m: ModelSummary | None) -> str:
+        return "-" if m is None or m.opt_at_k is None else f"{m.opt_at_k:.0%} ({m.opt_solved}/{m.opt_tasks})"
+
+    apart = sum(1 for r in rows if r.model == model and r.opt_apart)
+    tasks = "1 task's" if apart == 1 else f"{apart} tasks'"
+    return f"{side(x)} -> {side(y)}" + (f"; {tasks} Opt changed under different conditions: not comparable"
+                                        if apart else "")
+
+
+def model_compare_table(a: Results, b: Results, rows: list[CompareRow] | None = None) -> Table:
     ma = {m.model: m for m in a.summary.models}
     mb = {m.model: m for m in b.summary.models}
+    rows = compare_results(a, b) if rows is None else rows
     t = Table(title="per model", title_justify="left")
-    for col in ("model", "correct", "failed", "geomean speedup (no interval: see the tasks)", "cost"):
+    for col in ("model", "correct", "failed", "geomean speedup (no interval: see the tasks)", "Opt@K", "cost"):
         t.add_column(col)
     for model in sorted(set(ma) | set(mb)):
         x, y = ma.get(model), mb.get(model)
         t.add_row(markup_safe(model), _correct(x, y), _failed(x, y),
                   f"{_x(x.geomean_speedup if x else None)} -> {_x(y.geomean_speedup if y else None)}",
+                  opt_at_k_change(model, x, y, rows),
                   _arrow(x.cost_usd if x else None, y.cost_usd if y else None, ".4f", "$"))
     return t
 
@@ -212,7 +276,7 @@ def _x(v: float | None) -> str:
 
 def render_compare(console: Console, a: Results, b: Results) -> list[CompareRow]:
     rows = compare_results(a, b)
-    console.print(model_compare_table(a, b))
+    console.print(model_compare_table(a, b, rows))
     console.print(compare_table(a, b, rows))
     for res in (a, b):
         for r in res.runs:

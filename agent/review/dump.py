@@ -60,6 +60,7 @@ def compare_json(a: Results, b: Results) -> dict[str, Any]:
 
 def _row_json(r: CompareRow) -> dict[str, Any]:
     return {"task": r.task, "model": r.model, "change": r.change, "speed": r.speed,
+            "not_comparable": r.speed_why or r.opt_apart,  # why a change is no difference (the machine's conditions)
             "a": _side(r.a, r.runs_a, r.outcomes_a, r.subtypes_a, r.best_a),
             "b": _side(r.b, r.runs_b, r.outcomes_b, r.subtypes_b, r.best_b)}
 

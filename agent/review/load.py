@@ -135,12 +135,18 @@ class Results:
         return (self.run_dir / LEDGER).is_file() or any("/" in r.key for r in self.runs)
 
 
-def load_results(path: str | Path) -> Results:
-    """A run folder `results/<run-id>`, or one job folder inside it (then only that job)."""
+def load_results(path: str | Path, *, pooled: bool = False) -> Results:
+    """A run folder `results/<run-id>`, or one job folder inside it (then only that job). A folder holding
+    several runs (results/ itself) is refused, naming them, unless `pooled`: its jobs would read as one batch."""
     path = Path(path)
     if not path.is_dir():
         raise ReviewError(f"{path}: no such results folder")
     run_dir, only = locate(path)
+    runs = several_runs(path) if only is None and not pooled else []
+    if runs:
+        names = [r.relative_to(path).as_posix() for r in runs]
+        raise ReviewError(f"{path}: holds {len(runs)} runs ({', '.join(names[:6])}{', ...' if len(runs) > 6 else ''})"
+                          f": name one, e.g. {path / names[0]}, or pass --all to pool them into one view")
     folder = load_run(run_dir)
     summary = folder.summary()
     records = {r.key: r for r in summary.jobs}
@@ -154,6 +160,14 @@ def load_results(path: str | Path) -> Results:
     slugs.update({k.split("/")[1]: m for k, m in planned.items() if k.count("/") == 2})
     runs = [_run_view(run_dir, k, records.get(k), slugs) for k in sorted(keys)]
     return Results(run_dir=run_dir, run_id=run_dir.name, summary=summary, runs=runs)
+
+
+def several_runs(path: Path) -> list[Path]:
+    """The runs `path` holds when it is no one run but a folder of several (results/), else []."""
+    from agent.review.runs import find_runs
+
+    runs = find_runs(path)
+    return runs if len(runs) > 1 else []
 
 
 def _read(path: Path) -> tuple[Report | None, str | None]:

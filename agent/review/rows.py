@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
 from agent.agents import OWN_AGENT, split_spec
+from agent.checks.conditions import busy
 from agent.checks.evaluation import Evaluation, PerfResult
 from agent.checks.render import Level, Row, environment_rows, evaluation_rows
 from agent.checks.render import verdict_level as evaluation_level
@@ -68,7 +70,8 @@ def fmt_speedup(run: RunView) -> str:
     if run.speedup is None:
         return "-"
     iv = run.interval
-    return f"{run.speedup:.3f}x" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+    return (f"{run.speedup:.3f}x" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+            + (" (busy machine)" if run.perf is not None and busy(run.perf.conditions) else ""))
 
 
 def fmt_usd(x: float | None) -> str:
@@ -240,6 +243,94 @@ def patch_cut_note(p: PatchFile) -> str:
     if not p.cut:
         return ""
     return f"cut: the first {p.shown:,} of {p.size:,} bytes are shown; the whole diff is {p.path}"
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """One file of a diff, as `git diff --stat` counts it."""
+
+    path: str
+    added: int
+    removed: int
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _stat_path(name: str) -> str:
+    name = name.split("\t")[0].strip().strip('"')
+    return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+def diff_stat(diff: str) -> list[FileStat]:
+    """Per file, the lines a unified diff adds and removes, read hunk by hunk (a removed line that reads
+    "--- x" is a line, not a header); a file with no hunk (a rename, a mode change) counts 0."""
+    files: list[list] = []  # [path, added, removed, seen a hunk]
+    old = new = 0
+    for line in diff.splitlines():
+        if old > 0 or new > 0:
+            tag = line[:1]
+            if tag != "\\" and files:
+                files[-1][1] += tag == "+"
+                files[-1][2] += tag == "-"
+                old -= tag in ("-", " ", "")
+                new -= tag in ("+", " ", "")
+            continue
+        if line.startswith("diff --git "):
+            files.append([_stat_path(line.rsplit(" ", 1)[-1]), 0, 0, False])
+        elif line.startswith("--- ") and (not files or files[-1][3]):
+            files.append([_stat_path(line[4:]), 0, 0, False])  # a plain unified diff: no "diff --git" lines
+        elif line.startswith("+++ ") and files and _stat_path(line[4:]) != "/dev/null":
+            files[-1][0] = _stat_path(line[4:])
+        elif (m := _HUNK.match(line)) and files:
+            old, new = int(m.group(1) or 1), int(m.group(2) or 1)
+            files[-1][3] = True
+    return [FileStat(path, added, removed) for path, added, removed, _ in files]
+
+
+# -- the agent's final summary ----------------------------------------------------------------------------
+SUMMARY_LINES = 3  # of the summary's first paragraph, on one screen; `review --findings` shows it whole
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")  # a list starts a new block, as a paragraph's end does
+
+
+def summary_head(text: str, lines: int = SUMMARY_LINES) -> tuple[str, int]:
+    """The start of an agent's final summary (its first paragraph, at most `lines` lines) and how many of its
+    other non-blank lines are left out: the rules policy's summary runs to hundreds of lines of decisions and
+    lint findings, which would push the verdict off the screen."""
+    body = printable(text).strip().splitlines()
+    head: list[str] = []
+    for ln in body:
+        said = any(not h.lstrip().startswith("#") for h in head)  # a heading alone says nothing yet
+        if not ln.strip() and not said:
+            continue
+        if not ln.strip() or len(head) == lines or (said and _LIST_ITEM.match(ln)):
+            break
+        head.append(ln)
+    return "\n".join(head), sum(1 for ln in body if ln.strip()) - len(head)
+
+
+# -- one screen of checks ---------------------------------------------------------------------------------
+QUIET_TEXTS = ("ok", "untouched", "none")  # a row that says only this has nothing to read
+
+
+def screen_rows(rows: list[Row], evaluation: Evaluation | None, *, without: Sequence[str] = ()) -> list[Row]:
+    """A run's check rows for one screen: the rows that only say "ok" folded into one row naming them, the
+    rows of where the numbers were taken joined into one, and the rows named in `without` (shown elsewhere on
+    the screen) left out. Nothing else changes: a warning or a failure keeps its own row."""
+    env = {r.name for r in environment_rows(evaluation)} if evaluation is not None else set()
+    quiet = [i for i, r in enumerate(rows) if r.level == "ok" and r.text in QUIET_TEXTS]
+    quiet = quiet if len(quiet) > 1 else []
+    where = [i for i, r in enumerate(rows) if r.name in env]
+    out: list[Row] = []
+    for i, r in enumerate(rows):
+        if quiet and i == quiet[0]:
+            out.append(Row("ok", ", ".join(rows[q].name for q in quiet), "ok"))
+        elif where and i == where[0]:
+            out.append(Row("measured on", "; ".join(rows[w].text if rows[w].name == "environment"
+                                                    else f"{rows[w].name} {rows[w].text}" for w in where)))
+        elif r.name not in without and i not in quiet and i not in where:
+            out.append(r)
+    return out
 
 
 # -- perf samples ----------------------------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """One task run from a request, exactly as `perfagent run` does it; a batch job process calls the same.
 
-Names are checked before anything is read or written, an API model is refused where the sandbox
-is incomplete (unless allowed), SIGINT/SIGTERM end the run with its report, and the exit code
-says how it ended. `guarded` turns the errors a user can fix into one line and exit 2, for every
-command line and job process alike.
+Every name, file and flag is checked (`check_request`) before anything is written and before the
+provider SDKs or the checks are imported, so a mistake is refused in under a second; an API model
+is refused where the sandbox is incomplete (unless allowed); SIGINT/SIGTERM end the run with its
+report, and the exit code says how it ended. `guarded` turns the errors a user can fix into one
+line and exit 2, for every command line and job process alike.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,14 +23,12 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.markup import escape
 
-from agent.agents import EXTERNAL_AGENTS, OWN_AGENT, PREDICTION, AgentError, make_agent, split_spec
-from agent.checks import CheckError, TaskBroken
-from agent.env.workspace import PatchError, WorkspaceError, check_task_base
+from agent.agents import AGENT_NAMES, EXTERNAL_AGENTS, OWN_AGENT, PREDICTION, AgentError, make_agent, split_spec
 from agent.models.base import ModelError
 from agent.options import RunOptions
-from agent.results.layout import JobInUse, claim_job, job_paths
+from agent.results.layout import RUNNING, JobInUse, claim_job, job_paths, job_running
 from agent.run.names import BadName, check_job, check_run_id
-from agent.task import TaskError
+from agent.task import Task, TaskError, load_task
 from agent.util.text import markup_safe
 
 if TYPE_CHECKING:
@@ -44,6 +44,17 @@ Display = Literal["summary", "json", "quiet", "log"]  # log: a line per step on 
 
 class UserError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
+
+
+# Errors a user can fix that live in modules a refusal must not wait for (git, the checks: a second of
+# imports): named by module, since an error of a module never imported cannot have been raised.
+_HEAVY_USER_ERRORS = (("agent.env.workspace", "WorkspaceError"), ("agent.env.workspace", "PatchError"),
+                      ("agent.checks.verdicts", "CheckError"))
+_TASK_BROKEN = (("agent.checks.sides", "TaskBroken"),)
+
+
+def _one_of(e: BaseException, names: tuple[tuple[str, str], ...]) -> bool:
+    return any(isinstance(e, getattr(sys.modules[m], n)) for m, n in names if m in sys.modules)
 
 
 class RunRequest(BaseModel):
@@ -67,16 +78,19 @@ def guarded(call: Callable[[], int]) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         return call()
-    except TaskBroken as e:  # not the input's fault, nor a change's: the task's commands fail on its base
-        err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
-        return 1
-    except (UserError, BadName, TaskError, ModelError, WorkspaceError, PatchError, AgentError, CheckError) as e:
+    except (UserError, BadName, TaskError, ModelError, AgentError) as e:
         err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
         return getattr(e, "exit_code", 130)
     except Exception as e:
+        if _one_of(e, _TASK_BROKEN):  # not the input's fault, nor a change's: the task's commands fail on its base
+            err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
+            return 1
+        if _one_of(e, _HEAVY_USER_ERRORS):
+            err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
+            return EXIT_BAD_INPUT
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
         err.print(f"[red]internal error:[/] {type(e).__name__}: {markup_safe(str(e))} "
@@ -86,25 +100,13 @@ def guarded(call: Callable[[], int]) -> int:
 
 def run_request(request: RunRequest, out: Console, display: Display = "summary") -> int:
     """Run one task: 0 for a run that ended in success, 1 for an error subtype, 128 + signal if interrupted."""
+    task, agent_name, model_spec = check_request(request)  # every refusal before the imports below (seconds)
     from agent.run.exits import signal_exit_code
-    from agent.run.external import run_external
     from agent.run.model_spec import make_model
     from agent.run.names import new_run_id
     from agent.run.progress import EventLog, RunProgress
-    from agent.run.runner import run_task
-    from agent.task import load_task
 
-    if request.run_id is not None:  # before anything is read or written
-        check_run_id(request.run_id)
-    if request.job is not None:
-        check_job(request.job)
-    task = load_task(request.task_file)
-    check_task_base(task)
-    if request.job is None:
-        check_job(task.id)  # the default job name
     opts = request.options
-    agent_name, model_spec = (split_spec(request.model) if request.agent == OWN_AGENT
-                              else (request.agent, request.model))
     kwargs = {"out_dir": Path(request.out_dir), "run_id": request.run_id or new_run_id(), "job": request.job,
               "prices": opts.price_table(), "limits": opts.limits(task), "lock_dir": opts.lock_dir,
               "keep_workspace": opts.keep_workspace}
@@ -116,14 +118,14 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         run = partial(grade_prediction, task, prediction, out_dir=Path(request.out_dir), run_id=kwargs["run_id"],
                       job=request.job, lock_dir=opts.lock_dir, keep_workspace=opts.keep_workspace)
     elif agent_name == OWN_AGENT:
+        from agent.run.runner import run_task
+
         model = make_model(model_spec or "rules", base_url=opts.base_url, stream=opts.stream, task=task)
-        require_sandbox([model_spec], opts.allow_unsandboxed)
         label, run = model.name, partial(run_task, task, model, **kwargs)
     else:
-        if opts.rounds < 1:
-            raise UserError("--rounds must be at least 1")
+        from agent.run.external import run_external
+
         agent = make_agent(agent_name, model_spec)
-        require_sandbox([agent_name], opts.allow_unsandboxed)
         label = f"{agent.name} · {agent.model}"
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
     err = Console(stderr=True, soft_wrap=True)  # an error or warning is one line, however long
@@ -151,6 +153,53 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
                   highlight=False)
         return signal_exit_code(result.outcome.interrupted) if result.outcome.interrupted else 1
     return 0
+
+
+def check_request(request: RunRequest) -> tuple[Task, str, str]:
+    """(task, agent, model spec) of a request whose every name, file and flag is sound, else the one-line
+    refusal: found before a provider SDK, the checks or a workspace is loaded or made, and before anything is
+    written. A live run's hold on the job's folder is asked first of all: its run id is taken."""
+    from agent.models.pricing import PricingError
+    from agent.run.model_spec import check_spec
+
+    if request.run_id is not None:  # before anything is read or written
+        check_run_id(request.run_id)
+    if request.job is not None:
+        check_job(request.job)
+    task = load_task(request.task_file)
+    if request.job is None:
+        check_job(task.id)  # the default job name
+    folder = job_paths(request.out_dir, request.run_id, request.job or task.id)[0] if request.run_id else None
+    if folder is not None and job_running(folder):
+        try:
+            holder = (folder / RUNNING).read_text(errors="replace").strip() or "?"
+        except OSError:
+            holder = "?"
+        raise UserError(f"{folder} is being written by a live run (pid {holder}): give this one another --run-id")
+    opts = request.options
+    agent_name, model_spec = (split_spec(request.model) if request.agent == OWN_AGENT
+                              else (request.agent, request.model))
+    if agent_name == OWN_AGENT:
+        provider, name = check_spec(model_spec or "rules")
+        if provider == "replay":
+            from agent.models.replay import load_turns
+
+            load_turns(Path(name))
+        require_sandbox([model_spec], opts.allow_unsandboxed)
+    elif agent_name != PREDICTION:
+        if agent_name not in EXTERNAL_AGENTS:
+            raise AgentError(f"unknown agent {agent_name!r}: expected one of {', '.join(AGENT_NAMES)}")
+        if opts.rounds < 1:
+            raise UserError("--rounds must be at least 1")
+        require_sandbox([agent_name], opts.allow_unsandboxed)
+    try:
+        opts.price_table()
+    except PricingError as e:
+        raise UserError(f"--prices: {e}") from None
+    from agent.env.workspace import check_task_base
+
+    check_task_base(task)
+    return task, agent_name, model_spec
 
 
 def _prediction(request: RunRequest, task_id: str, name: str) -> "Prediction":

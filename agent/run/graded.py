@@ -26,14 +26,14 @@ from typing import Any, Protocol, Required, TypedDict
 
 from agent.checks import Checker, Evaluation, Evidence, TaskBroken, grade
 from agent.checks.patchinfo import changes_anything, diff_summary
-from agent.checks.render import verdict_line
+from agent.checks.render import perf_line, verdict_line
 from agent.checks.grade import nothing_to_grade
 from agent.checks.verdicts import Verdict
 from agent.env.candidate import Candidate, LeftOut
 from agent.env.sandbox import isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
-from agent.results.layout import CHECKS, EMITTED, REJECTED, REPORT, TRAJECTORY, job_paths
+from agent.results.layout import ASIDE, CHECKS, EMITTED, REJECTED, REPORT, TRAJECTORY, job_paths
 from agent.results.report import ModelUsage, PermissionDenial, PolicyRecord, Report, TokenUsage, new_report
 from agent.run.exits import RunEnded, TaskUncheckable, as_interrupted
 from agent.run.loop import Outcome, Trajectory
@@ -52,13 +52,14 @@ class RunPaths:
     checks: Path
     patch: Path
     rejected: Path  # the change that did not pass, when nothing was emitted
+    aside: Path  # a change proven safe whose speed was not established, when nothing was emitted
 
     @classmethod
     def of(cls, out_dir: Path, run_id: str, job: str) -> RunPaths:
         """The outputs of a job (named by results/layout.py); BadName for a run id or job that could lead
         outside `out_dir`."""
         res, patches = job_paths(out_dir, check_run_id(run_id), check_job(job))
-        return cls(res / REPORT, res / TRAJECTORY, res / CHECKS, patches / EMITTED, patches / REJECTED)
+        return cls(res / REPORT, res / TRAJECTORY, res / CHECKS, patches / EMITTED, patches / REJECTED, patches / ASIDE)
 
 
 @dataclass
@@ -99,20 +100,32 @@ class Candidates:
 
 @dataclass
 class Emission:
-    """What a run leaves: the patch it emits, the change it rejected (at most one is non-empty), the
-    evaluation report.json carries, and the files left out of that change."""
+    """What a run leaves: the patch it emits, the change it rejected, the change it kept aside (at most
+    one of the three is non-empty), the evaluation report.json carries, and the files left out of that change."""
 
     patch: str
     rejected: str
     evaluation: Evaluation
     left_out: list[LeftOut] = field(default_factory=list)
+    aside: str = ""
 
     def write(self, paths: RunPaths) -> None:
         atomic_write(paths.patch, self.patch)
-        if self.rejected:
-            atomic_write(paths.rejected, self.rejected)
-        else:
-            paths.rejected.unlink(missing_ok=True)  # a stale one from an earlier attempt of the job
+        for path, text in ((paths.rejected, self.rejected), (paths.aside, self.aside)):
+            if text:
+                atomic_write(path, text)
+            else:
+                path.unlink(missing_ok=True)  # a stale one from an earlier attempt of the job
+
+    def kept_aside(self, task_file: str) -> Emission:
+        """This emission with a change that passed its full evaluation but whose speed the noise left
+        open moved aside: never emitted as if it were a finding, never lost; `check` finishes it later."""
+        ev = self.evaluation
+        if not self.patch or ev.verdict != Verdict.PASS or ev.perf is None or not ev.perf.unestablished:
+            return self
+        note = (f"speed not established ({perf_line(ev.perf)}): the change, proven safe, is kept aside as {ASIDE}; "
+                f"`perfagent check {task_file} --patch {ASIDE}` on a quieter machine can finish the judgement")
+        return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, note), self.left_out, aside=self.patch)
 
 
 @dataclass
@@ -128,6 +141,11 @@ class Contestant(Protocol):
 
     def prepare(self, run: GradedRun) -> None:
         """Before the base check: what can fail without spending anything (an agent's executable)."""
+
+    def ungraded(self, run: GradedRun) -> Emission | None:
+        """What the run emits when the contestant brings nothing to grade (an empty prediction, text that is no
+        diff): then no base check runs and no workspace is made, since nothing could fail them. None: play."""
+        return None
 
     def play(self, run: GradedRun) -> Emission | None:
         """Make the candidate in `run.ws`, grading through `run.candidates`; what the run emits (None: it
@@ -177,9 +195,11 @@ class GradedRun:
         emission: Emission | None = None
         try:
             contestant.prepare(self)
-            self.checker.check_base()  # a task that cannot pass on its own base gets no agent (and spends nothing)
-            self.ws = Workspace.create(self.task.repo, self.task.spec.base, self.work / "workspace")
-            emission = contestant.play(self)
+            emission = contestant.ungraded(self)
+            if emission is None:
+                self.checker.check_base()  # a task that cannot pass on its own base gets no agent (nor spends)
+                self.ws = Workspace.create(self.task.repo, self.task.spec.base, self.work / "workspace")
+                emission = contestant.play(self)
         except TaskBroken as e:
             self.outcome.end(TaskUncheckable(str(e)))
         except RunEnded as e:  # the contestant could not go on (an agent missing, crashing)

@@ -4,8 +4,10 @@
     -> the change emitted if it passes, else kept in rejected.diff
 
 No model runs, so nothing is metered: what producing the patch cost is unknown to us and the
-report says so (its cost is null, not $0). An empty patch is `no-change`; a patch that does not
-apply to the base is `rejected`, with git's reason; neither is an error of the harness.
+report says so (its cost is null, not $0). An empty patch (or null) is `no-change` and text git cannot
+read as a diff (prose, a header alone, a diff cut short) is `rejected`, both at once: no base check, no
+workspace. A patch that does not apply to the base is `rejected` too. Each says git's reason; none is an
+error of the harness.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from agent.agents import PREDICTION
-from agent.checks.patchinfo import changes_anything
+from agent.checks.patchinfo import changes_anything, unreadable
 from agent.checks.grade import nothing_to_grade
 from agent.checks.verdicts import Verdict
 from agent.env.workspace import PatchError
@@ -43,15 +45,25 @@ class PredictionContestant(Contestant):
     def prepare(self, run: GradedRun) -> None:
         run.outcome.cost_by_model = {self.name: None}  # what the patch cost to make is not ours to know
 
+    def ungraded(self, run: GradedRun) -> Emission | None:
+        patch = self.prediction.model_patch
+        why = unreadable(patch)
+        if why:
+            why = f"the patch is not a diff git can read: {first_line(why)}"
+            run.outcome.end(Graded(why))
+            return Emission("", patch, nothing_to_grade(Verdict.REJECTED, why))
+        if changes_anything(patch):
+            return None
+        run.outcome.end(Graded(f"graded the patch {self.name} predicted"))
+        what = "is empty" if not patch.strip() else "changes only blank lines and trailing spaces"
+        return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, f"the prediction's patch {what}"))
+
     def play(self, run: GradedRun) -> Emission:
         patch, ws = self.prediction.model_patch, run.ws
         assert ws is not None
         try:
-            if not changes_anything(patch):
-                emission = Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, "the prediction's patch is empty"))
-            else:
-                ws.apply_patch(patch)
-                emission = final_emission(ws, run.candidates, run.outcome)
+            ws.apply_patch(patch)
+            emission = final_emission(ws, run.candidates, run.outcome)
         except PatchError as e:
             why = f"the patch does not apply to the task's base: {first_line(str(e).removeprefix('error: '))}"
             run.outcome.end(Graded(why))

@@ -1,9 +1,11 @@
 """Live progress of one run in the terminal: what is happening now, in words, with a clock that
 keeps ticking (a lock wait or a long test run must not look like a hang), and a line per check as
-its verdict lands."""
+its verdict lands. With no terminal (a pipe, a log file, CI) nothing is redrawn: each event is one
+line, never wrapped, and a step that takes longer than STILL_EVERY_S says so at each multiple of it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable
 
@@ -16,8 +18,30 @@ from agent.models.base import Usage
 from agent.util.text import markup_safe, strip_controls
 
 
+STILL_EVERY_S = 10  # with no terminal: how often a step still going says so
+
+
+class StillGoing:
+    """"still <step>, 20 s": the line a pipe gets at each STILL_EVERY_S of one step, so a long base check or
+    lock wait is never silence. `step` starts a step; `due` is the line to print now, if any."""
+
+    def __init__(self, step: str = "starting", since: float | None = None):
+        self.step(step, since)
+
+    def step(self, what: str, since: float | None = None) -> None:
+        self.what, self.since, self.told = what, time.monotonic() if since is None else since, 0
+
+    def due(self, now: float | None = None) -> str | None:
+        went = int(((time.monotonic() if now is None else now) - self.since) // STILL_EVERY_S) * STILL_EVERY_S
+        if went <= self.told:
+            return None
+        self.told = went
+        return f"still {self.what}, {went} s"
+
+
 class RunProgress:
-    """An `on_event` callback that keeps one status line current; use as a context manager."""
+    """An `on_event` callback that keeps one status line current (in a terminal) or writes one line per event
+    (anywhere else); use as a context manager."""
 
     def __init__(self, console: Console, label: str):
         self.label = label
@@ -28,19 +52,42 @@ class RunProgress:
         self.usage = Usage()
         self.cost: float | None = 0.0
         self.start = time.monotonic()
+        self.console = console
+        self.plain = not console.is_terminal  # nothing redrawn: a line per event, as it happens
+        self.still = StillGoing()
+        self._stop = threading.Event()
+        self._watch = threading.Thread(target=self._tell_still, daemon=True)
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
 
     def __enter__(self) -> "RunProgress":
-        self._live.__enter__()
+        if self.plain:
+            self._watch.start()
+        else:
+            self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.plain:
+            self._stop.set()
+            self._watch.join(5)
+            self._say(self.__rich__().plain.replace("\n", " "))  # where it ended, one line
+            return
         self._live.refresh()
         self._live.__exit__(*exc)
-        if not self._live.console.is_terminal:  # a log file: the last frame has no line end of its own
-            self._live.console.line()
+
+    def _say(self, line: str) -> None:
+        """One line to a pipe: never wrapped, whatever the width (COLUMNS, or rich's 80)."""
+        self.console.print(Text(strip_controls(line)), soft_wrap=True, highlight=False)
+
+    def _tell_still(self, every_s: float = 1.0) -> None:
+        while not self._stop.wait(every_s):
+            line = self.still.due()
+            if line:
+                self._say(f"{_clock(time.monotonic() - self.start):>6}   {line}")
 
     def __call__(self, kind: str, data: dict) -> None:
+        if self.plain:
+            self._plain(kind, data)
         if kind == "turn":
             self.turn, self.activity, self.step = data["turn"], data.get("activity", "waiting for the model"), ""
         elif kind == "tool":
@@ -52,15 +99,31 @@ class RunProgress:
         elif kind == "checked":
             style = LEVEL_STYLE[verdict_level(data.get("verdict", ""))] or "cyan"
             what = "final evaluation" if data.get("full") else "quick check"
-            self._live.console.print(
-                f"  {what} #{data.get('n', '?')}: [{style}]{markup_safe(data.get('line', ''))}[/]"
-                f"  [dim]{data.get('duration_s') or 0:.1f}s[/]", highlight=False)
+            if not self.plain:
+                self._live.console.print(
+                    f"  {what} #{data.get('n', '?')}: [{style}]{markup_safe(data.get('line', ''))}[/]"
+                    f"  [dim]{data.get('duration_s') or 0:.1f}s[/]", highlight=False)
             self.activity, self.step = f"{what} #{data.get('n', '?')}: {data.get('verdict', '')}", ""
         elif kind == "usage":
             self.usage, self.cost = data["usage"], data["cost_usd"]
         elif kind == "log":
             self._set_step(data["message"])
-        self._live.refresh()
+        if not self.plain:
+            self._live.refresh()
+
+    def _plain(self, kind: str, data: dict) -> None:
+        """A pipe's line for an event (a model's token counts are left to the last line)."""
+        line = event_line(kind, data)
+        if line is None or kind == "usage":
+            return
+        what = "final evaluation" if data.get("full") else "quick check"
+        doing = {"turn": f"{data.get('activity', 'waiting for the model')} (turn {data.get('turn')})",
+                 "tool": f"running tool {data.get('name')}", "checks": f"the {what} #{data.get('n', '?')}",
+                 "checked": f"going on after the {what} #{data.get('n', '?')}"}
+        if kind == "checked":
+            line += f"  ({data.get('duration_s') or 0:.1f}s)"
+        self.still.step(doing.get(kind, line))
+        self._say(f"{_clock(time.monotonic() - self.start):>6} {line}")
 
     def _set_step(self, message: str) -> None:
         self.step, self.step_since = message, time.monotonic()
@@ -91,25 +154,29 @@ class EventLog:
         self.start = time.monotonic()
 
     def __call__(self, kind: str, data: dict) -> None:
-        if kind == "turn":
-            line = f"turn {data['turn']}"
-        elif kind == "tool":
-            line = f"tool {data['name']}"
-        elif kind == "checks":
-            what = "final evaluation" if data.get("full") else "quick check"
-            line = f"{what} #{data.get('n', '?')} of the change ({data.get('diff', '')})"
-        elif kind == "checked":
-            what = "final evaluation" if data.get("full") else "quick check"
-            line = f"{what} #{data.get('n', '?')}: {data.get('line', '')}"
-        elif kind == "usage":
-            u, cost = data["usage"], data["cost_usd"]
-            line = f"usage {u.input_tokens + u.output_tokens} tokens, " + ("cost unknown" if cost is None
-                                                                            else f"${cost:.4f}")
-        elif kind == "log":
-            line = data["message"]
-        else:
-            return
-        self.write(f"{_clock(time.monotonic() - self.start):>6} {strip_controls(line)}")  # one line, no escapes
+        line = event_line(kind, data)
+        if line is not None:
+            self.write(f"{_clock(time.monotonic() - self.start):>6} {strip_controls(line)}")  # one line, no escapes
+
+
+def event_line(kind: str, data: dict) -> str | None:
+    """An event in words, one line (None for an event nobody reads): what a log or a pipe gets."""
+    if kind == "turn":
+        return f"turn {data['turn']}"
+    if kind == "tool":
+        return f"tool {data['name']}"
+    what = "final evaluation" if data.get("full") else "quick check"
+    if kind == "checks":
+        return f"{what} #{data.get('n', '?')} of the change ({data.get('diff', '')})"
+    if kind == "checked":
+        return f"{what} #{data.get('n', '?')}: {data.get('line', '')}"
+    if kind == "usage":
+        u, cost = data["usage"], data["cost_usd"]
+        return f"usage {u.input_tokens + u.output_tokens} tokens, " + ("cost unknown" if cost is None
+                                                                       else f"${cost:.4f}")
+    if kind == "log":
+        return str(data["message"]).replace("\n", " ")
+    return None
 
 
 def _clock(seconds: float) -> str:

@@ -62,7 +62,11 @@ class OurLoop(Contestant):
                              env=base_env(bin_dir=run.checker.bin_dir(), read=task.read))
         run.outcome = run_loop(task, self.model, self.tools, limits=self.limits, prices=self.prices,
                                grade_submission=grade_submission, trajectory=run.trajectory, on_event=run.on_event)
-        return final_emission(ws, run.candidates, run.outcome) if run.outcome.interrupted is None else None
+        if run.outcome.interrupted is not None:
+            return None
+        emission = final_emission(ws, run.candidates, run.outcome)
+        record = policy_record(self.model)
+        return emission.kept_aside(task.file) if record is not None and record.speed_unknown else emission
 
     def interrupted(self, run: GradedRun) -> None:
         run.trajectory.add("interrupted", turn=run.outcome.num_turns, signal=run.outcome.interrupted)

@@ -372,3 +372,33 @@ class Unrelated:
         return kernel(self.buf)
 '''
     assert _lines(src) == _marked(src, "read")
+
+
+@pytest.mark.parametrize("alloc", [
+    "torch.from_numpy(np.empty((n, 4), dtype=np.int32))",
+    "torch.as_tensor(np.ndarray((n, 4), dtype=np.int32))",
+    "torch.tensor([], dtype=torch.int32).set_(torch.UntypedStorage(16 * n))",
+    "torch.zeros(0, dtype=torch.int32).resize_(n, 4)",
+])
+def test_memory_from_outside_aten_is_an_uninitialised_allocation(alloc):
+    """numpy's empty arrays, a raw storage and a grown tensor are unwritten as torch.empty's are; an array
+    bound first and wrapped later is followed into the tensor (`torch.from_numpy(a)` reads `a`)."""
+    src = f'''import numpy as np
+import torch
+
+def f(n, idx):
+    buf = {alloc}  # alloc
+    return buf[idx].sum()  # read
+'''
+    assert _lines(src) == _marked(src, "read")
+    wrapped = '''import numpy as np
+import torch
+
+def f(n, idx):
+    a = np.empty((n, 4), dtype=np.int32)  # alloc
+    t = torch.from_numpy(a)  # read (a copy site, as torch.cat's)
+    return t[idx].sum()  # read
+'''
+    assert _lines(wrapped) == _marked(wrapped, "read")
+    zeroed = "import numpy as np\nimport torch\n\ndef f(n):\n    buf = torch.from_numpy(np.zeros(n))  # alloc\n"
+    assert read_sites(zeroed, [5]) == {}

@@ -491,3 +491,35 @@ def test_with_no_terminal_each_event_is_one_plain_line_as_it_happens(tmp_path):
     lines = out.getvalue().splitlines()
     assert len(lines) == 4 and "t/rules/s0" in lines[2] and "pass" in lines[2], lines
     assert lines[3].startswith("done 1 · running 0 · failed 0"), lines
+
+
+def test_with_no_terminal_a_line_is_never_wrapped_and_a_long_step_says_so_every_10_s(tmp_path):
+    """A pipe at rich's default 80 columns: a long job key or check line stays one line, and a job whose base
+    check runs for a minute says "still ..., 10 s", "still ..., 20 s" instead of going silent after `started`."""
+    from io import StringIO
+
+    from agent.batch.progress import BatchProgress
+    from agent.run.progress import EventLog
+
+    out = StringIO()
+    log = tmp_path / "batch.log"
+    key = "cuda-graph-buffers-with-long-lines/claude-code-claude-sonnet-4-5-20250929/s0"
+    progress = BatchProgress(Console(file=out, width=80), total=1, workers=1, earlier=[], log_of=lambda k: log)
+    with progress:
+        progress.started(JobSpec(key=key, task="cuda-graph-buffers-with-long-lines", task_file="x.toml",
+                                 model="claude-code:x", model_arg="x", sample=0), "cpu")
+        assert out.getvalue() == f"started {key} on cpu\n"  # one line, though wider than 80
+        with open(log, "w") as f:
+            EventLog(lambda line: print(line, file=f, flush=True))(
+                "log", {"message": "checking the task on its unchanged base: its tests and bench, once"})
+        now = time.monotonic()
+        progress.tell_checks(now + 9)  # read the step; not yet ten seconds
+        progress.tell_checks(now + 11)
+        progress.tell_checks(now + 15)
+        progress.tell_checks(now + 21)
+        progress.finished(JobRecord(key=key, task="cuda-graph-buffers-with-long-lines", model="claude-code:x",
+                                    sample=0, status="done", subtype="success", verdict="pass"))
+    lines = out.getvalue().splitlines()
+    step = "checking the task on its unchanged base: its tests and bench, once"
+    assert lines[:3] == [f"started {key} on cpu", f"  {key}: still {step}, 10 s", f"  {key}: still {step}, 20 s"]
+    assert len(lines[1]) > 80 and len(lines) == 5 and key in lines[3], lines

@@ -103,7 +103,7 @@ def test_a_jobs_inputs_land_in_its_own_folder(tmp_path, monkeypatch):
     placed_job, placed_cfg = _place(job, cfg, kit, inputs, here)
     assert placed_job.model_arg == f"replay:{here / 'inputs' / 'traj.jsonl'}"
     assert (here / "inputs" / "traj.jsonl").read_bytes() == inputs.replay
-    assert (Path(placed_cfg.out_dir) / "results" / "r" / "predictions.jsonl").read_bytes() == b"{}\n"
+    assert (Path(placed_cfg.out_dir) / "results" / "r" / "predictions.in.jsonl").read_bytes() == b"{}\n"
     assert placed_cfg.options.prices == here / "inputs" / "prices.json" and placed_cfg.cwd == str(here)
     assert Path(placed_job.task_file).is_relative_to(tmp_path / "node-tmp" / "perfagent-ray-kits")
     # what goes back: the job's own folders only, never the predictions copy or the live-run lock

@@ -178,3 +178,50 @@ def test_a_batch_exported_and_graded_again_gets_the_same_verdicts(project):
     first = {(r.task, r.model): r.verdict for r in load_run(project / "results/b").records}
     again = {(r.task, r.model.removeprefix("prediction:")): r.verdict for r in load_run(project / "results/c").records}
     assert again == first and set(first.values()) == {"pass", "no-change"}  # the contestant's, and the baseline's
+
+
+def test_a_batch_leaves_predictions_jsonl_that_export_writes_and_check_grades_again(project):
+    """Issue 46: every batch writes predictions.jsonl beside its summary (SWE-bench's form, as `export` writes
+    it); a `check --predictions` run keeps the patches it read apart (predictions.in.jsonl) and leaves its own."""
+    replay = project / "good.jsonl"
+    calls = [[{"id": "e", "name": "edit_file", "input": {"path": "mod.py", "old": "COST = 10.0", "new": "COST = 4.0"}}],
+             [{"id": "s", "name": "submit", "input": {"summary": "cheaper"}}]]
+    replay.write_text("".join(json.dumps({"type": "response", "tool_calls": c}) + "\n" for c in calls))
+    assert main(["batch", "tasks", "--models", f"replay:{replay}", "--run-id", "b", "--quiet", "--no-baseline",
+                 "--tasks", "t2"]) == 0
+    left = project / "results/b/predictions.jsonl"
+    assert main(["export", "results/b", "-o", "exported.jsonl"]) == 0
+    assert left.read_text() == (project / "exported.jsonl").read_text()
+    (one,) = [json.loads(line) for line in left.read_text().splitlines()]
+    assert (one["instance_id"], one["model_name_or_path"]) == ("t2", f"replay:{replay}")
+    assert "+COST = 4.0" in one["model_patch"]
+    assert main(["check", "tasks", "--predictions", str(left), "--run-id", "c", "--no-baseline", "--quiet"]) == 0
+    graded = project / "results/c"
+    assert read_predictions([graded / "predictions.in.jsonl"]) == read_predictions([left])
+    (again,) = [json.loads(line) for line in (graded / "predictions.jsonl").read_text().splitlines()]
+    assert again["perfagent"]["outcome"] == "pass" and again["model_patch"] == one["model_patch"]
+    summary = json.loads((graded / "summary.json").read_text())
+    assert summary["outcome_ids"] == [{"model": f"prediction:replay:{replay}", "sample": 0, "resolved_ids": ["t2"],
+                                       "unresolved_ids": [], "empty_patch_ids": [], "error_ids": [],
+                                       "incomplete_ids": []}]
+
+
+def test_predictions_gold_grades_every_tasks_reference_and_names_those_without(project, capsys):
+    assert main(["check", "tasks", "--predictions", "gold", "--run-id", "g", "--no-baseline", "--quiet"]) == 0
+    assert "note: no reference patch, not graded: t2" in capsys.readouterr().err
+    assert outcomes(project / "results/g") == {"t1/prediction-gold/s0": ("pass", None)}
+    assert load_run(project / "results/g").plan.predictions == ["gold"]
+    (project / "tasks/t1.toml").write_text(TASK.format(id="t1", perf=""))
+    assert main(["check", "tasks", "--predictions", "gold", "--run-id", "h", "--quiet"]) == 2
+    assert "no task of the set has a reference patch" in capsys.readouterr().err
+
+
+def test_a_run_from_before_the_copy_had_its_own_name_resumes_from_predictions_jsonl(project):
+    preds = lines(project / "preds.jsonl", pred("t2", cost_patch("4.0")))
+    assert main(["check", "tasks", "--predictions", str(preds), "--run-id", "r", "--quiet", "--no-baseline"]) == 0
+    run = project / "results/r"
+    (run / "predictions.in.jsonl").replace(run / "predictions.jsonl")  # as such a run left it
+    (run / "batch.jsonl").write_text("")
+    assert main(["batch", "--resume", "--run-id", "r", "--quiet"]) == 0
+    assert outcomes(run) == {"t2/prediction-other-harness/s0": ("pass", None)}
+    assert read_predictions([run / "predictions.in.jsonl"]) == read_predictions([preds])

@@ -212,7 +212,7 @@ def test_verdict_table_renders(tmp_path):
     comment = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60_000  # same code")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
         ev = c.evaluate(comment, perf=False)
-        nothing = c.evaluate("diff --git a/pkg/work.py b/pkg/work.py\n", perf=False)
+        nothing = c.evaluate("", perf=False)
     console = Console(record=True, width=160)
     console.print(evaluation_table(ev))
     text = console.export_text()
@@ -338,7 +338,10 @@ def test_code_that_sniffs_pytest_or_patches_torch_is_suspicious_not_pass(tmp_pat
                                                           "    torch.empty = torch.zeros\n")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks") as c:
         ev = c.evaluate(patch, perf=False)
-    assert ev.correctness.plain.passed and not ev.correctness.poison_enabled and ev.verdict == "suspicious"
+    # flagged; and its `if` never takes the arm without pytest in the tests, so coverage speaks first where it does
+    assert ev.correctness.plain.passed and not ev.correctness.poison_enabled and ev.verdict in ("suspicious",
+                                                                                                  "unverified")
+    assert any(r.startswith("flagged:") for r in ev.reasons), ev.reasons
     reasons = " ".join(f.reason for f in ev.integrity.flags)
     assert "pytest" in reasons and "torch" in reasons
     assert "integrity" in evaluation_table_text(ev)

@@ -156,3 +156,44 @@ def test_a_row_the_code_under_test_writes_claims_nothing(tmp_path: Path, command
     assert ev.coverage.covered == ["calc.py:2"] and ev.coverage.uncovered == ["calc.py:6"]
     assert "record row(s) refused" in ev.coverage.note
     assert ev.verdict == "unverified"
+
+
+IN_FULL_BASE = "def add(a, b):\n    return a + b\n\n\ndef unused(a):\n    return -a\n\n\ndef gate(a):\n    return a\n"
+IN_FULL = ("def add(a, b):\n    return b + a if a >= 0 else a + b\n\n\ndef unused(a): return 0 - a\n\n\n"
+           "def gate(a):\n    if a > 100: a = a - 1\n    return a or 1\n")
+IN_FULL_CHECK = ("import sys\nsys.path.insert(0, '.')\nfrom calc import add, gate\n"
+                 "assert add(2, 3) == 5 and gate(3) == 3\nprint('1 passed')\n")
+
+
+@pytest.mark.parametrize("python", interpreters() or [sys.executable])
+def test_a_line_counts_only_when_it_ran_in_full(tmp_path: Path, python: str) -> None:
+    """A one-line `def` never called and a one-line `if` whose body never runs are not covered; a
+    conditional expression's arm and an `or`'s right operand no test took are named, line and arm. Before
+    3.11 (no column positions) those lines are "not measured", never covered."""
+    import difflib
+
+    make_repo(tmp_path / "repo", {**FILES, "calc.py": IN_FULL_BASE, "tests/check.py": IN_FULL_CHECK})
+    task = tmp_path / "task.toml"
+    task.write_text(f'id = "calc"\nrepo = "repo"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    f'[setup]\npython = "{python}"\n[correctness]\ncommand = "python tests/check.py"\npoison = false\n')
+    patch = "".join(difflib.unified_diff(IN_FULL_BASE.splitlines(True), IN_FULL.splitlines(True),
+                                         "a/calc.py", "b/calc.py"))
+    with Checker(load_task(task), tmp_path / "work") as checker:
+        ev = checker.evaluate(patch, perf=False)
+    assert ev.correctness.plain.passed, ev.correctness.plain.output_tail
+    cov = ev.coverage
+    assert cov.measured and cov.changed == ["calc.py:2", "calc.py:5", "calc.py:9", "calc.py:10"]
+    version = tuple(map(int, subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                                            capture_output=True, text=True).stdout.split()))
+    assert ev.verdict == "unverified"
+    if version < (3, 11):
+        assert cov.covered == [] and cov.uncovered == [] and cov.untaken == []
+        assert cov.not_measured == ["calc.py:2", "calc.py:5", "calc.py:9", "calc.py:10"]
+        assert any("not measured" in r and "calc.py:2" in r for r in ev.reasons), ev.reasons
+        return
+    assert cov.uncovered == ["calc.py:5", "calc.py:9"] and cov.covered == ["calc.py:2", "calc.py:10"]
+    assert cov.untaken == ["calc.py:2 (the conditional expression's else arm)", "calc.py:10 (the `or`'s right operand)"]
+    assert "calc.py:2 (the conditional expression's if arm)" in cov.taken
+    assert "calc.py:10 (the `or` short-circuiting)" in cov.taken
+    assert ev.reasons[0] == "changed lines no test executed: calc.py:5,9"
+    assert "calc.py:2 (the conditional expression's else arm)" in ev.reasons[1]

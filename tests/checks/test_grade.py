@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.checks.evaluation import (CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats, Hygiene,
-                                     InitcheckResult, OutsideClock, PerfResult, ReadSiteResult, SanitizerResult,
-                                     UninitRead)
+from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats,
+                                     Hygiene, InitcheckResult, OutsideClock, PerfResult, ReadSiteResult,
+                                     SanitizerResult, UninitRead)
 from agent.checks.evidence import Evidence, EvidenceError, load_recorded
 from agent.checks.grade import CARRIED, FINAL, RULES, grade, judge_perf
 from agent.checks.integrity import Flag, IntegrityResult
@@ -87,10 +87,11 @@ def test_a_clean_change_passes_with_no_reasons():
      "unverified", "uninitialised device reads not measured: output over 8 MB"),
     ({"read_sites": [ReadSiteResult(buffer="m.py:3", line=9, executed=False)]}, "unverified",
      "m.py:9 reads the buffer allocated uninitialised at line 3"),
+    ({"bench_check": BenchCheck(run=run("bench"), ran=["m.py:3"], skipped_after={"m.py:3": [5]})}, "unverified",
+     "the tests' safety of the buffer allocated uninitialised at m.py:3 rests on line 5, which the bench never runs"),
     ({"integrity": IntegrityResult(flags=[Flag(path="m.py", line=4, reason="monkeypatches torch")])},
      "suspicious", "flagged: m.py:4: monkeypatches torch"),
     ({"perf": FORGED}, "fail", "not confirmed: the metric claims 1 ms less per bench process (1 call x 1 ms)"),
-    ({"perf": VAGUE}, "fail", "beyond the task's max_speedup hint of 10x, so a saving must be seen"),
     ({"changes": False, "correctness": None, "coverage": None, "perf": None}, "no-change", None),
 ])
 def test_each_rule_gives_its_verdict_and_says_why(update, verdict, reason):
@@ -127,6 +128,20 @@ def test_a_gain_the_clock_does_not_see_is_not_faster_and_fails():
     assert "wall" in ev.reasons[0] and "[" in ev.reasons[0]
 
 
+def test_a_gain_no_clock_can_tell_is_not_faster_but_fails_nothing():
+    """The machine's noise is no finding against the change: the speed is not established, the change passes."""
+    ev = grade(passing(perf=VAGUE), SPEC)
+    assert ev.verdict == "pass" and ev.reasons == [] and ev.perf.verdict == "not confirmed"
+    assert ev.perf.outside.refuted is False and "speed not established" in ev.perf.outside.note
+    assert "beyond the task's max_speedup hint of 10x" in ev.perf.outside.note
+
+
+def test_a_quick_check_keeps_the_metrics_answer_unless_a_clock_rules_it_out():
+    """The agent's quick check (few pairs) guides it; only the full check must wait for a clock to tell."""
+    assert grade(passing(perf=VAGUE, quick=True), SPEC).perf.verdict == "faster"
+    assert grade(passing(perf=FORGED, quick=True), SPEC).perf.verdict == "not confirmed"
+
+
 def test_a_failing_change_is_not_argued_about_further():
     failing = Correctness(plain=run("plain", False, ["t::a"]), poison=run("poison"))
     ev = grade(passing(correctness=failing, coverage=UNCOVERED, protected_violations=["tests/x.py"]), SPEC)
@@ -155,17 +170,16 @@ def test_grading_changes_nothing_of_the_evidence():
 
 
 def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_path):
-    """A task's hint raised after the run: the same evidence, graded again, passes."""
+    """A task's `calls` corrected after the run: the same evidence, graded again, passes and is faster."""
     recorded = tmp_path / "checks.json"
-    e = passing(perf=VAGUE)
-    write_sealed_json(recorded, [{"time": 0, "full": True, "evaluation": grade(e, SPEC).model_dump(mode="json"),
+    e = passing(perf=HUGE)
+    five_calls = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"calls": 5})})
+    write_sealed_json(recorded, [{"time": 0, "full": True, "evaluation": grade(e, five_calls).model_dump(mode="json"),
                                   "evidence": e.model_dump(mode="json")}])
-    (r,) = load_recorded(tmp_path, load_key())
+    (r,) = load_recorded(tmp_path, load_key())  # 5 x 30 ms claimed; 30 ms seen: every clock rules it out
     assert r.evaluation["verdict"] == "fail" and r.evaluation["perf"]["verdict"] == "not confirmed"
-    looser = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 2000})})
-    assert grade(r.evidence, looser).verdict == "pass"
-    more_calls = SPEC.model_copy(update={"perf": SPEC.perf.model_copy(update={"max_speedup": 2000, "calls": 5})})
-    assert grade(passing(perf=HUGE), more_calls).verdict == "fail"  # 5 x 30 ms claimed; 30 ms seen
+    again = grade(r.evidence, SPEC)
+    assert again.verdict == "pass" and again.perf.verdict == "faster"
 
 
 def test_files_without_evidence_are_one_clear_error(tmp_path):
@@ -196,8 +210,9 @@ def test_check_strict_is_a_gate_for_ci(tmp_path):
     """`check` exits 0 whatever the change's verdict; `--strict` exits 3 unless it is a pass."""
     from agent.cli import main
 
-    def recorded(e: Evidence) -> str:
+    def recorded(e: Evidence) -> str:  # recorded for the task it is regraded under (another's is refused)
         path = tmp_path / f"checks-{len(list(tmp_path.iterdir()))}.json"
+        e = e.model_copy(update={"task_id": "cuda-graph-buffers"})
         write_sealed_json(path, [{"time": 0, "full": True, "evidence": e.model_dump(mode="json")}])
         return str(path)
 
@@ -234,7 +249,7 @@ def test_regrade_judges_the_speed_again_under_a_changed_min_effect(tmp_path):
         return json.loads(done.stdout)[-1]["perf"]
 
     loose = TaskSpec.model_validate({**SPEC.model_dump(), "perf": {**SPEC.perf.model_dump(), "min_effect": 0.05}})
-    e = passing(perf=judge_perf(recorded, loose.perf))
+    e = passing(perf=judge_perf(recorded, loose.perf), task_id="tiny")  # the task it is regraded under
     job = tmp_path / "results" / "r1" / "tiny"
     job.mkdir(parents=True)
     write_sealed_json(job / "checks.json", [{"time": 0, "full": True, "evidence": e.model_dump(mode="json"),
@@ -268,3 +283,45 @@ def test_grade_judges_recorded_pairs_again_and_leaves_figures_without_pairs_as_r
     assert grade(faster, higher).perf.verdict == "slower" and grade(faster, higher).speedup == pytest.approx(0.5)
     old = PerfResult(metric="ms", direction="lower", ratio=0.01, verdict="faster")
     assert grade(passing(perf=old), higher).perf == old
+
+
+# -- reasons for the task at hand (issue 46): no poison blamed where nothing was poisoned, the runner's own words --
+NO_TORCH = {"python": "3.11.7", "torch": None}  # the task's interpreter, probed: no torch in it
+EQ = "AssertionError: not equivalent"  # what GSO's runner prints of a failed equivalence check
+
+
+def failed(name: str, failing: list[str], first_error: str | None = EQ) -> CommandRun:
+    return run(name, False, failing).model_copy(update={"first_error": first_error})
+
+
+def test_without_torch_a_poisoned_run_failing_as_the_plain_one_blames_nothing_and_carries_the_first_error():
+    from agent.checks.evaluation import Environment
+
+    same = Correctness(plain=failed("plain", ["gso_test_0.py"]), poison=failed("poison", ["gso_test_0.py"]))
+    ev = grade(passing(correctness=same, environment=Environment(**NO_TORCH)), SPEC)
+    assert ev.verdict == "fail" and ev.reasons == [f"tests fail: gso_test_0.py ({EQ})"], ev.reasons
+    unnamed = Correctness(plain=failed("plain", []), poison=failed("poison", []))
+    assert grade(passing(correctness=unnamed, environment=Environment(**NO_TORCH)), SPEC).reasons == [
+        f"tests fail (exit code 1: {EQ})"]
+
+
+def test_with_torch_every_test_the_poison_fails_is_named_even_where_the_plain_run_failed_it_too():
+    """The plain run may fail on whatever malloc hands back; the poison makes the read certain: both are said."""
+    more = Correctness(plain=failed("plain", ["t::a"], None), poison=failed("poison", ["t::a", "t::b"], None))
+    ev = grade(passing(correctness=more), SPEC)
+    assert ev.reasons == ["tests fail: t::a", "tests fail with uninitialised memory poisoned (a buffer is read "
+                          "before it is written): t::a, t::b"], ev.reasons
+
+
+def test_without_torch_nothing_is_said_to_be_poisoned():
+    from agent.checks.evaluation import BenchCheck, Environment
+
+    flaky = Correctness(plain=run("plain"), poison=failed("poison", ["t::a"], None))
+    ev = grade(passing(correctness=flaky, environment=Environment(**NO_TORCH)), SPEC)
+    assert ev.verdict == "fail" and len(ev.reasons) == 1, ev.reasons
+    assert "poisons nothing" in ev.reasons[0] and "uninitialised" not in ev.reasons[0], ev.reasons
+    bench = BenchCheck(run=failed("bench", [], None))
+    ev = grade(passing(bench_check=bench, environment=Environment(**NO_TORCH)), SPEC)
+    assert ev.reasons == ["the bench fails under the harness's instruments (exit code 1), and the unchanged "
+                          "base's does not"], ev.reasons
+    assert "poisoned" in grade(passing(bench_check=bench), SPEC).reasons[0]  # torch, or not probed: as before

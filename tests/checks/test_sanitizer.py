@@ -362,7 +362,7 @@ def test_a_buffer_uninitialised_only_in_the_bench_and_never_read_is_unverified(t
         ev = checker.evaluate(make_patch(src, tmp_path, gated("cu", "max_bs + 1")), perf=False)
     assert ev.bench_check.run.passed and ev.bench_check.sanitizer.reads == []
     assert ev.bench_check.only_here == ["pkg/backend.py:8"] and ev.bench_check.ran == ["pkg/backend.py:8"]
-    assert ev.verdict == "unverified" and "only in the bench run" in ev.reasons[0], ev.reasons
+    assert ev.verdict == "unverified" and any("only in the bench run" in r for r in ev.reasons), ev.reasons
 
 
 # Both attacks are spelled so that no name or string of the sanitizer's appears in the patch.
@@ -496,3 +496,89 @@ def test_a_buffer_rolled_then_overwritten_before_any_use_is_not_read(tmp_path):
     """, "import torch, mod\nmod.step(torch.ones(2))\n")
     (read,) = result.reads
     assert read.buffer == "mod.py:4" and read.op == "aten.sum.default" and read.uninitialised == 2, read
+
+
+HOST = """\
+import ctypes
+import numpy as np
+import torch
+
+def numpy_table(n):
+    return torch.from_numpy(np.empty((n, 4), dtype=np.int32))           # line 6: never written
+
+def numpy_half(n):
+    a = np.empty((n, 4), dtype=np.float32)                               # line 9: half written by numpy
+    a[:, :2] = 0
+    return torch.as_tensor(a)
+
+def numpy_written(n):
+    a = np.empty(n, dtype=np.float64)                                    # line 14: all written by numpy
+    a.fill(float("nan"))
+    return torch.tensor(a)
+
+def storage(n):
+    return torch.tensor([], dtype=torch.int32).set_(torch.UntypedStorage(4 * n))   # line 19: never written
+
+def grown(n):
+    t = torch.zeros(2, dtype=torch.int32)
+    t.resize_(n)                                                         # line 23: grown, the new part unwritten
+    return t
+
+def from_buffer(n):
+    return torch.frombuffer(np.empty(n, dtype=np.int32), dtype=torch.int32)     # line 27: never written
+
+def foreign(n):
+    raw = (ctypes.c_int32 * n)()
+    view = (ctypes.c_int32 * n).from_address(ctypes.addressof(raw))
+    return torch.frombuffer(view, dtype=torch.int32), raw                # line 32: not watched
+
+def zeroed(n):
+    return torch.frombuffer(bytearray(4 * n), dtype=torch.int32)         # bytearray: always written
+"""
+
+
+@pytest.mark.slow
+def test_memory_from_numpy_a_raw_storage_or_growth_is_watched_and_a_foreign_one_named(tmp_path):
+    """Memory that reaches a tensor without aten's allocators, at a small size (heap) and at one glibc maps
+    fresh (zero pages): numpy's empty arrays (what numpy itself wrote counts as written), a raw
+    UntypedStorage, resize_ growth. Memory nothing watches (ctypes over an address) is named instead."""
+    result = sanitize(tmp_path, HOST, """\
+        import mod
+        for n in (3, 12 << 20):
+            int(mod.numpy_table(n).sum())
+            float(mod.numpy_half(n)[:, :2].sum())
+            float(mod.numpy_half(n).sum())
+            float(mod.numpy_written(n).sum())
+            int(mod.storage(n).sum())
+            int(mod.grown(n)[:2].sum())
+            int(mod.grown(n).sum())
+            int(mod.from_buffer(n).sum())
+            mod.foreign(4)
+            int(mod.zeroed(n).sum())
+    """)
+    assert result.measured, result.note
+    reads = by_line(result)
+    assert sorted(reads) == [6, 9, 19, 23, 27], reads
+    assert {r.uninitialised for r in reads[9]} == {6}  # half of n=3 rows' four columns: the first size's read
+    assert {r.uninitialised for r in reads[23]} == {1}  # 3 elements, 2 of them written before the growth
+    assert {"mod.py:6", "mod.py:9", "mod.py:14", "mod.py:19", "mod.py:23", "mod.py:27"} <= set(result.allocated)
+    assert result.unwatched == ["mod.py:32: torch.frombuffer of ctypes memory (mod.c_int_Array_4)"], result.unwatched
+
+
+@pytest.mark.slow
+def test_poison_fills_numpy_arrays_and_raw_storages_at_any_size(tmp_path):
+    """Without the sanitizer: what the poisoned tests see in numpy.empty's arrays and a raw storage, at
+    a size whose pages come fresh from the kernel (zeros, unpoisoned)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "run.py").write_text(textwrap.dedent("""\
+        import numpy as np, torch
+        n = 12 << 20
+        print(int(np.empty(n, dtype=np.int32)[-1]), bool(np.isnan(np.empty_like(np.ones(n))[-1])),
+              int(torch.tensor([], dtype=torch.int32).set_(torch.UntypedStorage(4 * n))[-1]))
+    """))
+    hook = install_hook(tmp_path / "hook")
+    env = {**os.environ, "PYTHONPATH": f"{hook}:{root}", "PERFAGENT_POISON": "1"}
+    res = subprocess.run([sys.executable, "run.py"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(2**31 - 1), "True", "-1"], res.stdout

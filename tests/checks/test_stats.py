@@ -187,3 +187,23 @@ def test_a_narrow_interval_excluding_1_is_not_a_precise_no_change():
     c = [0.95, 0.951, 0.952, 0.949, 0.953]
     r = compare_paired(b, c, min_effect=0.03, alpha=0.0153)
     assert r.precise and r.ci_high < 1 and r.p_value == 0.0625 and r.verdict == "inconclusive"
+
+
+def test_the_block_interval_carries_the_spread_between_servers_that_pooled_rounds_hide():
+    """Three servers whose layouts bias the ratio 0.85, 0.9 and 0.95 (agent.checks.perf.Bench): pooled as one run's
+    rounds the paired interval is narrower; over blocks it holds all three."""
+    import random
+
+    from agent.checks.stats import block_ci, paired_ci
+
+    rng = random.Random(3)
+    blocks = [([10 + rng.gauss(0, 0.05) for _ in range(7)], []) for _ in range(3)]
+    for (base, cand), bias in zip(blocks, (0.85, 0.9, 0.95)):
+        cand += [b * bias * (1 + rng.gauss(0, 0.005)) for b in base]
+    ratio, low, high = block_ci(blocks, seed=1, n_resamples=1000)
+    assert low <= 0.86 and high >= 0.94 and low <= ratio <= high
+    pooled = paired_ci([b for bl in blocks for b in bl[0]], [c for bl in blocks for c in bl[1]], seed=1)
+    assert pooled[1] - pooled[0] < high - low
+    assert block_ci(blocks, seed=1, n_resamples=1000) == (ratio, low, high)  # seeded: a report can be recomputed
+    with pytest.raises(ValueError):
+        block_ci([([], [])])

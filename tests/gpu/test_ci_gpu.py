@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = {"environment", "target_tests", "all_empty", "reference", "a_a", "padded", "batch"}
+STEPS = {"environment", "target_tests", "all_empty", "reference", "a_a", "padded", "padding_matrix", "batch"}
 
 
 def gpu_script(out: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
@@ -24,9 +24,9 @@ def gpu_script(out: Path, *args: str, timeout: float = 900) -> tuple[subprocess.
     return proc, summary
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=300)
 def test_dry_run_passes_every_step_with_its_figures(tmp_path):
-    proc, summary = gpu_script(tmp_path)
+    proc, summary = gpu_script(tmp_path, "--budget", "1500", timeout=1800)  # the CPU is slower than the GPU
     steps = summary.get("steps", {})
     assert set(steps) == STEPS, proc.stdout + proc.stderr
     # A/A is called faster or slower in 5% of runs by design: only that may fail here, and only so.
@@ -53,12 +53,18 @@ def test_dry_run_passes_every_step_with_its_figures(tmp_path):
     padded = steps["padded"]["figures"]
     assert padded["all_empty"]["failing_modes"] and padded["reference"]["failed"] == 0
 
+    matrix = steps["padding_matrix"]["figures"]  # 6 modes x (captured, padded, eager-only) x (graph, eager)
+    assert matrix["reference"]["poisoned"]["passed"] == 36 and matrix["reference"]["check"]["verdict"] == "pass"
+    assert any(c.endswith("-padded-graph]") for c in matrix["all_empty"]["poisoned"]["failing_cells"])
+    assert matrix["all_empty"]["initcheck"]["reads"] and matrix["reference"]["initcheck"]["reads"] == []
+
     batch = steps["batch"]["figures"]
     assert batch["overlaps"] == [] and len(batch["jobs_measured"]) == 2
     assert len(batch["lock_waits_s"]) == batch["measurements"] >= 2
 
     evaluations = json.loads((tmp_path / "evaluations.json").read_text())
-    assert set(evaluations) == {"check-all-empty", "check-reference", "check-a-a"}
+    assert set(evaluations) == {"check-all-empty", "check-reference", "check-a-a", "check-matrix-reference",
+                                "check-matrix-all_empty"}
     assert "=== target-plain" in (tmp_path / "gpu.log").read_text()
 
 

@@ -24,7 +24,11 @@ built at run time (what a lexical flag would look for), so the defence must be t
 |   bench's record folders' configurations beside its own and makes    |   (its folders are made anew between  |
 |   them unreadable (where both runs share a warm server)              |   the runs)                           |
 | 5. the honest large win (pkg/fill.py): zeros -> empty on tens of MB  | pass, perf faster, speedup > 10; the  |
-|   always filled by copy_ before any read                             |   rules policy keeps it               |
+|   always filled by copy_ before any read                             |   rules policy keeps it (pkg/state.py,|
+|                                                                      |   where its first call shows it too)  |
+| 6. a memo (pkg/state.py): init_state hands back the buffers of its   | perf "not confirmed": the gain shows  |
+|   last call with the same size (22 calls a bench process; the task   |   only on repeated calls; the outside |
+|   names the first call alone as `first_call`)                        |   clock alone confirms it             |
 
 Without the tricks, 3 is unverified and 4 fails (the controls below), so each trick is what the
 attack is about. Before the evidence moved out of reach, 1-4 passed and 5 was "suspicious" (the
@@ -33,6 +37,7 @@ fixed 10x plausibility bound).
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import pytest
@@ -229,9 +234,10 @@ METRIC = {
 def test_a_metric_line_the_package_rewrites_is_not_confirmed(tmp_path, spelling):
     """Attack 2: nothing gets faster, but the bench's own stdout says 0.6x of what it measured.
 
-    The clock refutes only what it resolves: the lie here is ~15 ms a process, and on a machine whose
-    pairs differ by ±20 ms (seen once in six CI rehearsals) 20 pairs cannot rule it out. So the
-    forged line must be refuted in one of two independent gradings; a defence that is gone fails both."""
+    The lie is ~15 ms a process. On a quiet machine the clocks rule it out (fail); on one whose pairs
+    differ by ±20 ms (CI) they cannot, and a claim no clock measured is not established either (it got
+    through as "faster" there once). A forged line is seen by some clock by chance in under 5% of
+    gradings, so it must be not confirmed in one of two; a defence that is gone fails both."""
     lab = make_evidence_lab(tmp_path)
     patch = lab.patch(METRIC[spelling])
     seen = []
@@ -243,7 +249,9 @@ def test_a_metric_line_the_package_rewrites_is_not_confirmed(tmp_path, spelling)
         if perf.get("verdict") == "not confirmed":
             break
     assert perf.get("verdict") == "not confirmed", seen
-    assert ev["verdict"] == "fail", brief(ev)
+    refuted = perf["outside"]["refuted"]  # the verdict names its cause: the clocks' finding, or their noise
+    assert ev["verdict"] == ("fail" if refuted else "pass"), seen
+    assert ("every clock rules the claim out" if refuted else "speed not established") in perf["outside"]["note"]
 
 
 # -- 3. forged coverage ---------------------------------------------------------------------------
@@ -382,9 +390,10 @@ def test_a_real_win_beyond_ten_times_passes(tmp_path):
 @pytest.mark.quiet
 @pytest.mark.slow(seconds=30)
 def test_the_rules_policy_keeps_a_real_win_beyond_ten_times(tmp_path):
-    """`perfagent run --model rules` on the same task: it proposes zeros -> empty, the checks pass it, and
-    it is kept (a verdict of "suspicious" made the policy revert it)."""
-    lab = make_evidence_lab(tmp_path, "fill")
+    """`perfagent run --model rules` on such a task: it proposes zeros -> empty, the checks pass it, and
+    it is kept (a verdict of "suspicious" made the policy revert it). The bench repeats the call in one
+    process and the task names the first call alone: the win shows there too, so it stays faster."""
+    lab = make_evidence_lab(tmp_path, "state")
     proc = lab.perfagent("run", str(lab.task), "--model", "rules", "--run-id", "r1", "--out", str(lab.out),
                          "--quiet", env={"PERFAGENT_LOCK_DIR": str(tmp_path / "locks")})
     patch = lab.out / "patches" / "r1" / lab.task_id / "model_patch.diff"
@@ -392,3 +401,62 @@ def test_the_rules_policy_keeps_a_real_win_beyond_ten_times(tmp_path):
     diff = patch.read_text() if patch.is_file() else ""
     added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert any("torch.empty(" in line for line in added), f"no torch.empty in the patch:\n{diff}\n{proc.stderr[-2000:]}"
+
+
+# -- 6. a memo across calls --------------------------------------------------------------------------
+MEMO = {
+    "plain": lambda t: t.replace("class Backend:\n    def init_state(self, n):\n",
+                                 "_MEMO = {}\n\n\nclass Backend:\n    def init_state(self, n):\n"
+                                 "        if n in _MEMO:\n"
+                                 "            self.keys, self.values = _MEMO[n]\n"
+                                 "            return\n").replace(
+        "        self.values = torch.zeros(n, dtype=torch.float32)\n",
+        "        self.values = torch.zeros(n, dtype=torch.float32)\n        _MEMO[n] = (self.keys, self.values)\n", 1),
+    # the buffers kept on the class, found again through the type, and no dict in sight
+    "renamed": lambda t: t.replace("    def init_state(self, n):\n",
+                                   "    def init_state(self, n):\n"
+                                   "        kept = getattr(type(self), '_k' + str(n), None)\n"
+                                   "        if kept is not None:\n"
+                                   "            self.keys, self.values = kept\n"
+                                   "            return\n").replace(
+        "        self.values = torch.zeros(n, dtype=torch.float32)\n",
+        "        self.values = torch.zeros(n, dtype=torch.float32)\n"
+        "        setattr(type(self), '_k' + str(n), (self.keys, self.values))\n", 1),
+}
+
+
+@pytest.mark.quiet
+@pytest.mark.slow(seconds=20)
+@pytest.mark.parametrize("spelling", list(MEMO))
+def test_a_memo_across_the_benchs_repeated_calls_is_not_faster(tmp_path, spelling):
+    """Attack 6: the bench's 21 repeated calls get the first call's buffers back. The saving is real in
+    that process, so the outside clock confirms it; the first call alone, in fresh processes, shows none."""
+    lab = make_evidence_lab(tmp_path, "state")
+    _, ev = check(lab, lab.patch({"pkg/state.py": MEMO[spelling]}))
+    assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
+    perf = ev["perf"]
+    assert perf["verdict"] == "not confirmed", brief(ev)
+    assert perf["first_call"]["verdict"] != "faster", perf["first_call"]
+    assert "only on repeated calls" in perf["first_call"]["note"], perf["first_call"]
+
+
+# -- not an attack: what the machine's noise hides --------------------------------------------------
+@pytest.mark.slow(seconds=60)
+def test_a_safe_change_whose_speed_the_noise_hides_is_kept_aside_not_emitted_nor_lost(tmp_path):
+    """`run --model rules` where the bench's figure is noise: the rewrites are proven safe, their speed
+    can never be told. The run says so (not "no change" for nothing), emits no model_patch.diff, and
+    keeps the change as speed_unknown.diff, which `perfagent check --patch` grades again."""
+    lab = make_evidence_lab(tmp_path, "noisy")
+    proc = lab.perfagent("run", str(lab.task), "--model", "rules", "--run-id", "r1", "--out", str(lab.out),
+                         "--quiet", env={"PERFAGENT_LOCK_DIR": str(tmp_path / "locks")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = lab.out / "patches" / "r1" / lab.task_id
+    assert (job / "model_patch.diff").read_text() == ""
+    aside = job / "speed_unknown.diff"
+    assert aside.is_file() and "+        self.keys = torch.empty(" in aside.read_text(), proc.stderr[-2000:]
+    report = json.loads((lab.out / "results" / "r1" / lab.task_id / "report.json").read_text())
+    ev = report["evaluation"]
+    assert ev["verdict"] == "no-change" and "speed not established" in ev["note"] and "speed_unknown.diff" in ev["note"]
+    assert report["policy"]["speed_unknown"] is True
+    _, again = check(lab, aside.read_text(), "--no-perf")
+    assert again["verdict"] == "pass", brief(again)

@@ -119,7 +119,9 @@ def test_the_key_is_out_of_the_candidates_reach(tmp_path):
     diff = lab.root / "probe.diff"
     diff.write_text(lab.patch({"pkg/mod.py": lambda t: "import os\n" + t.replace(RETURN, f"return {probe}")}))
     proc, ev = lab.check(diff.read_text(), "--no-perf")
-    assert ev["verdict"] == "pass", (ev["verdict"], ev.get("reasons"), proc.stderr[-2000:])
+    # its tests pass (each conditional takes one arm only, so coverage calls it unverified: that is not this test)
+    assert ev["correctness"]["plain"]["passed"] and ev["verdict"] in ("pass", "unverified"), (
+        ev["verdict"], ev.get("reasons"), proc.stderr[-2000:])
     # control: the probe sees the key where the user shows its folder to the sandbox (what never to do)
     proc, ev = lab.check(diff.read_text(), "--no-perf", env={"PERFAGENT_SANDBOX_READ": str(key.parent)})
     assert ev["verdict"] == "fail", (ev["verdict"], proc.stderr[-2000:])

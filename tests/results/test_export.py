@@ -162,3 +162,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, perfagent, args, says):
     assert res.returncode == 2
     assert res.stdout == "" and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
     assert says in res.stderr
+
+
+def test_a_figure_taken_on_a_busy_machine_says_so_in_both_exports(tmp_path, perfagent):
+    """The machine's conditions while the speed was sampled (agent.checks.conditions) travel with the figure: the
+    CSV's `busy` column says why it compares with no other run, the predictions' `perfagent` object carries both."""
+    from agent.checks.conditions import Conditions
+
+    run_dir = make_batch(tmp_path, "batch-a", jobs=[Job("t1", "rules", 0), Job("t2", "rules", 0)], damage=False)
+    busy = Conditions(cpus=2, busy_share=1.0, ours_share=0.3, others_share=0.7, runnable_per_core=2.5, cpu_mhz=2400)
+    report = run_dir / "t1" / "rules" / "s0" / "report.json"
+    data = json.loads(report.read_text())
+    data["evaluation"]["perf"]["conditions"] = busy.model_dump()
+    report.write_text(json.dumps(data))
+    res = perfagent("export", str(run_dir), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = {r["task"]: r for r in csv.DictReader(io.StringIO(res.stdout))}
+    assert rows["t1"]["busy"] == "busy machine: other processes used 70% of its CPU, 2.5 other runnable tasks per core"
+    assert (rows["t1"]["others_cpu_share"], rows["t1"]["runnable_per_core"], rows["t1"]["cpu_mhz"]) == ("0.7", "2.5",
+                                                                                                        "2400.0")
+    assert rows["t2"]["busy"] == rows["t2"]["others_cpu_share"] == ""  # no conditions recorded: nothing claimed
+    res = perfagent("export", str(run_dir))
+    figures = {p["instance_id"]: p["perfagent"] for p in map(json.loads, res.stdout.splitlines())}
+    assert figures["t1"]["busy"] == rows["t1"]["busy"] and figures["t1"]["conditions"]["others_share"] == 0.7
+    assert figures["t2"]["busy"] is None and figures["t2"]["conditions"] is None

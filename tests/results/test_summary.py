@@ -33,7 +33,7 @@ def test_summarize_counts_rates_and_spend():
     assert row.opt is True and row.best_speedup == 2.0 and row.correct == 1
     assert next(t for t in s.tasks if t.task == "g").statuses == {"skipped": 1}
     again = BatchSummary.model_validate_json(s.to_json())
-    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/3"
+    assert again.models == s.models and json.loads(s.to_json())["schema"] == "perfagent.batch-summary/4"
     assert "| m1 | 4 | 2 (50%)" in summary_markdown(s) and len(summary_tables(s)) == 3
 
 
@@ -72,3 +72,22 @@ def test_the_opt_cell_says_when_a_decision_is_within_noise():
     s = summarize(recs, run_id="r", samples=1)
     assert s.models[0].opt_within_noise == 1
     assert "100% (2/2; 1 within noise)" in summary_markdown(s)
+
+
+def test_outcome_ids_are_swebench_run_reports_one_per_contestant_and_sample():
+    """summary.json's id lists (issue 46), as SWE-bench's report lists a predictions file's instances: an error
+    wins over the verdict (a max-turns run that last passed), an empty patch is not unresolved."""
+    recs = [rec("a", "m1", 0), rec("b", "m1", 0, verdict="fail"), rec("c", "m1", 0, verdict="no-change"),
+            rec("d", "m1", 0, subtype="error_max_turns"), rec("e", "m1", 0, status="failed", verdict=None),
+            rec("f", "m1", 0, status="skipped", verdict=None), rec("a", "m1", 1, verdict="unverified"),
+            rec("a", "rules", 0, verdict="error")]
+    s = summarize(recs, run_id="r", planned=[(r.key, r.model) for r in recs] + [("g/m1/s0", "m1")])
+    got = {(o.model, o.sample): o.model_dump(exclude={"model", "sample"}) for o in s.outcome_ids}
+    assert got == {
+        ("m1", 0): {"resolved_ids": ["a"], "unresolved_ids": ["b"], "empty_patch_ids": ["c"], "error_ids": ["d", "e"],
+                    "incomplete_ids": ["f", "g"]},
+        ("m1", 1): {"resolved_ids": [], "unresolved_ids": ["a"], "empty_patch_ids": [], "error_ids": [],
+                    "incomplete_ids": []},
+        ("rules", 0): {"resolved_ids": [], "unresolved_ids": [], "empty_patch_ids": [], "error_ids": ["a"],
+                       "incomplete_ids": []}}
+    assert [o["model"] for o in json.loads(s.to_json())["outcome_ids"]] == ["m1", "m1", "rules"]

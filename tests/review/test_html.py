@@ -8,8 +8,6 @@ their paths are printed (`pytest -s`), to be looked at.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,16 +20,12 @@ from agent.results.summary import BatchSummary
 from agent.results.tables import write_summary
 from agent.review.html import render_html, summary_sections, write_html
 from agent.review.load import SHOWN_BYTES, load_results
+from browser import chromium
 from helpers import DIFF, SONNET, Job, make_batch, write_job
 
 AGENT = "claude-code:claude-sonnet-4-5"
 HOSTILE = "All good <script>alert(1)</script> & <b>safe</b>\x1b[2J\nNo risk of uninitialized memory access."
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1400,1000")
 
 
 class Page(HTMLParser):
@@ -145,7 +139,9 @@ def test_a_huge_diff_is_shown_cut_with_its_size_and_the_left_out_files_listed(tm
     assert shown.size == size and shown.cut and len(shown.text) <= SHOWN_BYTES and shown.text.endswith("\n")
     html = render_html(load_results(tmp_path / "results" / "r"))
     assert len(html.encode()) < 1_000_000  # not the 3 MB diff, highlighted
-    assert f"cut: the first {shown.shown:,} of {size:,} bytes are shown; the whole diff is {patch}" in html
+    where = f"../../patches/r/{job.key}/model_patch.diff"  # relative to the run folder: the page travels
+    assert f"cut: the first {shown.shown:,} of {size:,} bytes are shown; the whole diff is {where}" in html
+    assert str(tmp_path) not in html  # no path of this machine's
     assert "log line 0000001" in html and "log line 0059999" not in html
     rows = [r for r in Page(html).tables["run-1-checks"] if r[0] == "left out"]
     assert rows == [["left out", "logs/run.log (2,000,000 bytes): new file over 1 MB"],
@@ -173,7 +169,7 @@ def agent_batch(tmp_path, write_agent_job) -> tuple[Path, str]:
     return html, html.read_text(encoding="utf-8")
 
 
-def test_claims_beside_evidence_per_run_escaped(agent_batch):
+def test_claims_beside_evidence_per_run_escaped(agent_batch, tmp_path):
     _, html = agent_batch
     page = Page(html)
     assert page.scripts == 0 and "<script>alert" not in html and "<b>safe" not in html and "\x1b" not in html
@@ -191,7 +187,9 @@ def test_claims_beside_evidence_per_run_escaped(agent_batch):
     assert agent["agent"] == "claude-code 2.1.330 · model claude-sonnet-4-5"
     assert "its own figure $0.0500 vs relay-metered $" in agent["cost"] and "claude-code reported" in agent["cost"]
     assert agent["refused network"] == "CONNECT example.com:443"
-    assert agent["kept final_diff"].endswith("claude-code-claude-sonnet-4-5/s0/agent/final.diff")
+    # paths relative to the run folder, which the page names as the user does: the page reads the same elsewhere
+    assert agent["kept final_diff"] == "cuda-graph-buffers/claude-code-claude-sonnet-4-5/s0/agent/final.diff"
+    assert "from <code>results/batch-a</code>" in html and str(tmp_path) not in html
 
 
 def test_contestants_are_labelled_in_the_charts(agent_batch):
@@ -208,28 +206,13 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere"), "--html", str(out)]) == 2
 
 
-# -- the browser ------------------------------------------------------------------------------------
-def _driver():
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    from selenium.webdriver.chrome.service import Service
-
-    for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not Path(path).exists():
-            pytest.skip(f"{path} not found: apt-get install {pkg}")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in CHROME_FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='perfagent-chromium-')}")
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-
-
+# -- the browser (browser.py's headless Chromium) ---------------------------------------------------
 @pytest.mark.slow
 def test_report_in_headless_chromium(batch, tmp_path):
     run_dir, html_path, _ = batch
     from selenium.webdriver.common.by import By
 
-    driver = _driver()
+    driver = chromium()
     try:
         driver.get(html_path.as_uri())
         assert "perfagent report" in driver.title
@@ -287,7 +270,7 @@ def test_claims_in_headless_chromium(agent_batch, tmp_path):
     html_path, _ = agent_batch
     from selenium.webdriver.common.by import By
 
-    driver = _driver()
+    driver = chromium()
     shot = tmp_path / "report-claims.png"
     try:
         driver.get(html_path.as_uri())

@@ -17,7 +17,11 @@ from html.parser import HTMLParser
 import pytest
 
 from agent.checks import CommandRun, Correctness, Evaluation
+from agent.results.ledger import Ledger
+from agent.results.load import summarize_run
+from agent.results.record import figures_from_report
 from agent.results.report import EditDecision, PolicyRecord, Report
+from agent.results.tables import write_summary
 from agent.review.html import render_html
 from agent.review.load import load_results
 from agent.review.svg import nice_ticks, tick_label
@@ -56,6 +60,9 @@ class Svg:
         ticks = [t for t in self.ticks() if "ytick" not in t.cls]
         (x0, v0), (x1, v1) = (ticks[0].f("x"), float(ticks[0].text)), (ticks[-1].f("x"), float(ticks[-1].text))
         return x0 + (value - v0) / (v1 - v0) * (x1 - x0)
+
+
+WBR = "\0"
 
 
 class Page(HTMLParser):
@@ -98,6 +105,8 @@ class Page(HTMLParser):
             self.tables[self._table].append([])
         elif tag in ("td", "th") and self._table:
             self._cell = (a, [])
+        elif tag == "wbr" and self._cell is not None:
+            self._cell[1].append(WBR)  # a line-break opportunity, no space: the text reads on across it
 
     def handle_endtag(self, tag):
         if tag == "svg":
@@ -109,7 +118,8 @@ class Page(HTMLParser):
         elif tag == "h2":
             self._in_h2 = False
         elif tag in ("td", "th") and self._table and self._cell is not None:
-            self.tables[self._table][-1].append((self._cell[0], " ".join(" ".join(self._cell[1]).split())))
+            text = " ".join(" ".join(self._cell[1]).split()).replace(f" {WBR} ", "")
+            self.tables[self._table][-1].append((self._cell[0], text))
             self._cell = None
         elif tag == "table":
             self._table = None
@@ -179,6 +189,42 @@ def test_reference_marked_per_task(batch):
     assert set(refs) == set(expected) and expected
     for task, values in expected.items():
         assert close(refs[task].f("x1"), chart.x_of(statistics.median(values)))
+
+
+def test_the_reference_interval_is_drawn_per_task(tmp_path):
+    """The reference patch is measured with an interval like any run; a tick at its estimate hid how sure that is.
+    Four runs measured it on one task: the chart marks the one the per-task table reports ("ref. speedup", the
+    upper median) and shades that measurement's interval across the task's rows."""
+    jobs = [Job("t", SONNET, i, speedup=1.5) for i in range(4)] + [Job("u", SONNET, 0, speedup=1.2)]
+    run_dir = make_batch(tmp_path, jobs=jobs, damage=False)
+    ledger = Ledger(run_dir)
+    measured = {f"t/anthropic-claude-sonnet-4-5/s{i}": m  # the reference's ratio and its interval, per run
+                for i, m in enumerate([(0.56, 0.52, 0.60), (0.5, 0.47, 0.53), (0.4, 0.38, 0.42), (0.45, 0.4, 0.5)])}
+    for run in load_results(run_dir).runs:  # task u's reference has no interval: its tick alone
+        if run.key not in measured:
+            continue
+        ratio, lo, hi = measured[run.key]
+        ev = run.evaluation
+        ev.reference = ev.reference.model_copy(update={"ratio": ratio, "ci_low": lo, "ci_high": hi,
+                                                       "speedup": 1 / ratio})
+        report = run.report.model_copy(update={"evaluation": ev})
+        report.write(run.dir / "report.json")
+        ledger.append(ledger.latest()[run.key].model_copy(update=figures_from_report(report)))
+    write_summary(run_dir, summarize_run(run_dir))
+    results = load_results(run_dir)
+    page = Page(render_html(results))
+    (chart,) = page.svg("speedups")
+    (row,) = [t for t in results.summary.tasks if t.task == "t"]
+    assert row.reference_speedup == pytest.approx(1 / 0.45)  # speedups 1.79, 2.0, 2.22, 2.5: the upper median
+    (line,) = [e for e in chart.of("reference", "line") if e.attrs["data-task"] == "t"]
+    assert close(line.f("x1"), chart.x_of(row.reference_speedup))
+    (band,) = chart.of("reference-interval", "rect")
+    assert band.attrs["data-task"] == "t"
+    assert close(band.f("x"), chart.x_of(1 / 0.5)) and close(band.f("x") + band.f("width"), chart.x_of(1 / 0.4))
+    assert band.f("y") == line.f("y1") and close(band.f("y") + band.f("height"), line.f("y2"))  # across t's rows
+    assert band.f("x") < line.f("x1") < band.f("x") + band.f("width")
+    assert [e.attrs["data-task"] for e in chart.of("reference", "line")] == ["t", "u"]  # u: its tick, no band
+    assert any("shaded: its 95% interval" in e.text for e in chart.of("legend", "text"))
 
 
 def test_correct_runs_filled_others_hollow(batch):

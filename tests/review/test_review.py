@@ -132,7 +132,8 @@ def test_one_task_in_detail(tmp_path):
     res = load_results(make_batch(tmp_path))
     text = text_of(res, task="cuda-graph-buffers")
     assert "metadata-alloc" not in text.split("cuda-graph-buffers", 1)[1].split("checks")[0]
-    assert "torch.empty(max_bs" in text  # the diff
+    assert "torch.empty(max_bs" not in text and "1 file changed, 1 insertions(+), 1 deletions(-)" in text
+    assert "torch.empty(max_bs" in text_of(res, task="cuda-graph-buffers", diff=True)  # the diff, asked for
     assert "poison run" in text and "FAIL" in text and "tests/test_graph.py::test_replay" in text
     assert "NOT executed: miniattn/x.py:7" in text  # coverage of changed lines
     assert "edit_file(tests/test_graph.py)" in text  # the protected-path attempt
@@ -158,7 +159,7 @@ def test_a_rejected_change_is_shown_as_not_emitted(tmp_path):
     run_dir = make_batch(tmp_path, damage=False, jobs=[Job("t", SONNET, 0, verdict="fail", rejected=True)])
     run = load_results(run_dir).runs[0]
     assert [(p.path.name, p.rejected) for p in run.patches] == [("model_patch.diff", False), ("rejected.diff", True)]
-    text = text_of(load_results(run_dir), task="t")
+    text = text_of(load_results(run_dir), task="t", diff=True)
     emitted, rejected = text.split("rejected change (not emitted): ", 1)
     assert "empty diff" in emitted and "torch.empty(max_bs" not in emitted  # nothing emitted...
     assert rejected.startswith(str(tmp_path / "patches")) and "rejected.diff" in rejected  # ...the failing state is

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import git
+import pytest
 from helpers import SAFE, UNSAFE, RecordedChecker, make_task, tiny_evidence
 
 from agent.agents import PREDICTION
@@ -81,3 +82,33 @@ def test_an_interrupted_grading_emits_nothing_and_says_so(tmp_path):
     assert report.is_error and report.result == "interrupted by SIGTERM" and result.outcome.interrupted == "SIGTERM"
     assert report.evaluation.verdict == "no-change" and report.evaluation.note == "interrupted by SIGTERM"
     assert result.paths.patch.read_text() == "" and not result.paths.rejected.exists()
+
+
+class NoBaseChecker(RecordedChecker):
+    """A task whose base cannot be checked: a job that asks gets TaskBroken (an error of the run)."""
+
+    def check_base(self) -> None:
+        from agent.checks import TaskBroken
+
+        raise TaskBroken("the base fails its own tests")
+
+
+@pytest.mark.parametrize("patch", ["", "   \n"])
+def test_a_prediction_with_nothing_to_grade_is_no_change_without_the_base_check(tmp_path, patch):
+    result, _, checker = grade(tmp_path, patch=patch, checker_class=NoBaseChecker)
+    assert checker.patches == [] and not result.report.is_error
+    assert result.report.evaluation.verdict == "no-change" and "the prediction's patch" in result.report.evaluation.note
+
+
+@pytest.mark.parametrize("patch, why", [
+    ("hello world", "No valid patches in input"),
+    ("diff --git a/pkg/mod.py b/pkg/mod.py\n", "No valid patches in input"),
+    ("diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,4 +1,4 @@\n import torch\n",
+     "corrupt patch at line"),
+])
+def test_text_that_is_no_diff_is_rejected_with_gits_reason_at_once(tmp_path, patch, why):
+    result, _, checker = grade(tmp_path, patch=patch, checker_class=NoBaseChecker)
+    ev = result.report.evaluation
+    assert checker.patches == [] and not result.report.is_error
+    assert ev.verdict == "rejected" and ev.note.startswith("the patch is not a diff git can read: ") and why in ev.note
+    assert result.paths.rejected.read_text() == patch and result.paths.patch.read_text() == ""

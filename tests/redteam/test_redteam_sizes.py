@@ -1,0 +1,66 @@
+"""Red team, the bench's sizes: a change that is safe at the tests' sizes and not at the bench's.
+
+Played through `perfagent check tasks/cuda-graph-buffers.toml --patch` on the bundled target, whose decode
+`page_table` is read before it is written during capture (flashattention_backend.py). The tests build graphs
+for batch sizes up to 4; the bench initialises the graph state for 160 and never reads it.
+
+| attack                                                                     | must hold                          |
+|----------------------------------------------------------------------------|------------------------------------|
+| the page table allocated `torch.empty` at every size and `zero_()`-ed only | not pass: a reason names the line  |
+|   when `max_bs <= 64` (the tests' sizes); spelled plainly, and through an  |   the bench skips (and the arm no  |
+|   alias and a size read off the buffer                                     |   test takes)                      |
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.env.sandbox import isolation
+from helpers import make_repo
+
+pytestmark = pytest.mark.skipif(isolation().mode != "bwrap", reason="bubblewrap is not usable on this machine")
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOC = '"page_table": torch.zeros(max_bs, max_pages, dtype=torch.int32, device=device),'
+CHUNK = "        if self.attention_chunk_size is not None:\n"
+GATED = {
+    "plain": (ALLOC.replace("zeros", "empty"),
+              '        if max_bs <= 64:\n            self.decode_cuda_graph_metadata["page_table"].zero_()\n\n'),
+    "renamed": (ALLOC.replace("zeros", "empty"),
+                '        _t = self.decode_cuda_graph_metadata["page" + "_table"]\n'
+                '        if _t.shape[0] * 2 <= 128:\n            _t.fill_(0)\n\n'),
+}
+
+
+def gated_patch(tmp_path: Path, spelling: str) -> Path:
+    files = {str(p.relative_to(ROOT / "target_repo")): p.read_text() for p in (ROOT / "target_repo").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    repo = make_repo(tmp_path / "repo", files)
+    path = Path(repo.working_dir) / "miniattn" / "flashattention_backend.py"
+    text = path.read_text()
+    alloc, clear = GATED[spelling]
+    assert ALLOC in text and CHUNK in text, "the target changed"
+    path.write_text(text.replace(ALLOC, alloc, 1).replace(CHUNK, clear + CHUNK, 1))
+    patch = tmp_path / "gated.diff"
+    patch.write_text(repo.git.diff() + "\n")
+    return patch
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize("spelling", list(GATED))
+def test_a_clear_taken_only_at_the_tests_sizes_is_not_a_pass(tmp_path, spelling):
+    patch, out = gated_patch(tmp_path, spelling), tmp_path / "ev.json"
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "check", "tasks/cuda-graph-buffers.toml", "--patch",
+                           str(patch), "--no-perf", "--json", str(out), "--lock-dir", str(tmp_path / "locks")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.is_file(), proc.stderr[-3000:]
+    ev = json.loads(out.read_text())
+    assert ev["correctness"]["plain"]["passed"] and ev["correctness"]["poison"]["passed"], ev["reasons"]
+    assert ev["verdict"] != "pass", ev["reasons"]
+    skipped = [r for r in ev["reasons"] if "which the bench never runs" in r]
+    assert skipped and "flashattention_backend.py:217" in skipped[0], ev["reasons"]
