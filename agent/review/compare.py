@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from agent.checks.conditions import comparable
@@ -25,6 +24,7 @@ from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.results.summary import ModelSummary, TaskRow
 from agent.review.load import Results, RunView
 from agent.review.rows import fmt_speedup, run_outcome
+from agent.util.fit import Column, FitTable
 from agent.util.text import markup_safe, strip_controls
 
 CHANGE_STYLE = {"new": "cyan", "gone": "magenta", "more correct": "green", "faster": "green",
@@ -216,13 +216,17 @@ def _change(r: CompareRow) -> str:
     return r.change + (f": {why}" if why else "")
 
 
-def compare_table(a: Results, b: Results, rows: list[CompareRow]) -> Table:
-    t = Table(title=markup_safe(f"{a.run_id} -> {b.run_id}"), title_justify="left",
-              caption="faster / slower: the two runs' 95% intervals do not overlap; otherwise no clear difference "
-                      "(or inconclusive, when a side's measurement could not tell); not comparable: measured under "
-                      "different conditions (a busy machine, clocks apart), named beside it", caption_justify="left")
-    for col in ("task", "model", "outcomes", "ended", "correct", "best speedup [95% CI]", "Opt", "cost", "change"):
-        t.add_column(col, overflow="fold")
+CAPTION = ("faster / slower: the two runs' 95% intervals do not overlap; otherwise no clear difference (or "
+           "inconclusive, when a side's measurement could not tell); not comparable: measured under different "
+           "conditions (a busy machine, clocks apart), named beside it")
+# what a narrow terminal leaves out first (higher `drop`); the task, the speedups and the change stay
+TASK_COLUMNS = [Column("task", long_words=True), Column("model", long_words=True, drop=1), Column("outcomes", drop=3),
+                Column("ended", drop=4), Column("correct", drop=2), Column("best speedup [95% CI]"),
+                Column("Opt", drop=2), Column("cost", drop=3), Column("change", long_words=True)]
+
+
+def compare_table(a: Results, b: Results, rows: list[CompareRow]) -> FitTable:
+    t = FitTable(TASK_COLUMNS, title=markup_safe(f"{a.run_id} -> {b.run_id}"))
     for r in rows:
         # names and outcomes from two ledgers made elsewhere: markup escaped, control sequences stripped
         t.add_row(markup_safe(r.task), markup_safe(r.model), markup_safe(_pair(r.outcomes_a, r.outcomes_b)),
@@ -246,13 +250,13 @@ def opt_at_k_change(model: str, x: ModelSummary | None, y: ModelSummary | None, 
                                         if apart else "")
 
 
-def model_compare_table(a: Results, b: Results, rows: list[CompareRow] | None = None) -> Table:
+def model_compare_table(a: Results, b: Results, rows: list[CompareRow] | None = None) -> FitTable:
     ma = {m.model: m for m in a.summary.models}
     mb = {m.model: m for m in b.summary.models}
     rows = compare_results(a, b) if rows is None else rows
-    t = Table(title="per model", title_justify="left")
-    for col in ("model", "correct", "failed", "geomean speedup (no interval: see the tasks)", "Opt@K", "cost"):
-        t.add_column(col)
+    t = FitTable([Column("model", long_words=True), Column("correct", drop=1), Column("failed", drop=2),
+                  Column("geomean speedup (no interval: see the tasks)"), Column("Opt@K", long_words=True),
+                  Column("cost", drop=3)], title="per model")
     for model in sorted(set(ma) | set(mb)):
         x, y = ma.get(model), mb.get(model)
         t.add_row(markup_safe(model), _correct(x, y), _failed(x, y),
@@ -278,6 +282,7 @@ def render_compare(console: Console, a: Results, b: Results) -> list[CompareRow]
     rows = compare_results(a, b)
     console.print(model_compare_table(a, b, rows))
     console.print(compare_table(a, b, rows))
+    console.print(CAPTION, highlight=False, style="dim")
     for res in (a, b):
         for r in res.runs:
             if r.problem:

@@ -124,7 +124,10 @@ def test_code_that_games_the_tests_is_flagged(tmp_path, variant):
         lab = make_lab(tmp_path, files={"pkg/buffers.py": BUFFERS, "tests/test_buffers.py": TEST_BUFFERS})
         patch = lab.patch({"pkg/buffers.py": TORCH_PATCHED})
     _, ev = lab.check(patch, "--no-perf")  # the flags are the subject, not how a gain that is a sleep is timed
-    assert ev["verdict"] == "suspicious", f"{variant}: verdict {ev['verdict']!r}, reasons {ev.get('reasons')}"
+    # never pass: flagged, and where the sniffing branch's other arm never runs in the tests, unverified first
+    assert ev["verdict"] in ("suspicious", "unverified"), \
+        f"{variant}: verdict {ev['verdict']!r}, reasons {ev.get('reasons')}"
+    assert any(r.startswith("flagged:") for r in ev["reasons"]), f"{variant}: not named: {ev['reasons']}"
     assert (ev.get("integrity") or {}).get("flags"), f"{variant}: no integrity flags: {ev.get('integrity')}"
 
 

@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from agent.checks.conditions import Conditions
@@ -94,3 +95,15 @@ def test_compare_json_says_why_a_change_is_not_comparable(tmp_path, perfagent):
     (row,) = json.loads(res.stdout)["tasks"]
     assert row["change"] == row["speed"] == "not comparable"
     assert row["not_comparable"].startswith("b: busy machine: other processes used 70% of its CPU")
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_compare_tables_break_no_word_at_any_width(tmp_path, width):
+    a = load_results(batch(tmp_path, "batch-a", 1.5, QUIET))
+    b = load_results(batch(tmp_path, "batch-b", 2.5, BUSY))
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    render_compare(console, a, b)
+    words = set(" ".join(console.export_text().split()).split())
+    for word in ("cuda-graph-buffers", "rules", "comparable:", "Opt@K"):
+        assert word in words, (word, console.export_text())
+    assert all(len(line) <= width for line in console.export_text().splitlines())
