@@ -293,4 +293,8 @@ def test_a_bench_printing_the_metric_once_per_timed_call_is_measured(tmp_path, c
     ev = json.loads(capsys.readouterr().out)
     assert code == 0 and ev["verdict"] == "pass" and ev["perf"]["error"] is None, ev
     assert ev["perf"]["lines"] == 5 and ev["perf"]["outside"]["calls"] == 5
-    assert ev["perf"]["verdict"] == "faster", ev["perf"]
+    # a ~10 ms saving a process: on a loaded machine (the parallel suite) a clock may not resolve it, which
+    # leaves the speed not established; what it must never be is refuted (the claim is 5 x the true gap)
+    outside = ev["perf"]["outside"]
+    assert ev["perf"]["verdict"] == "faster" or (ev["perf"]["verdict"] == "not confirmed"
+                                                 and outside["refuted"] is False), ev["perf"]
