@@ -231,9 +231,12 @@ def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
     tested, benched = set(cov.changed) - set(cov.uncovered), set(b.ran)
     proven_in_bench = {s.buffer for s in e.read_sites if s.bench}
     out: dict[str, list[int]] = {}
+    trees: dict[str, ast.Module | None] = {}
     for alloc in sorted(set(e.sanitizer.allocated) & benched & tested - proven_in_bench):
         path, line = alloc.rsplit(":", 1)
-        span = _function_span(root / path, int(line))
+        if path not in trees:
+            trees[path] = _parsed(root / path)
+        span = _function_span(trees[path], int(line))
         skipped = sorted(int(x.rsplit(":", 1)[1]) for x in tested - benched
                          if x.rsplit(":", 1)[0] == path and span[0] < int(x.rsplit(":", 1)[1]) <= span[1])
         if skipped:
@@ -241,11 +244,16 @@ def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
     return out
 
 
-def _function_span(file: Path, line: int) -> tuple[int, int]:
-    """(line, last line) of the innermost function holding `line`; (line, line) where there is none."""
+def _parsed(file: Path) -> ast.Module | None:
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
+        return ast.parse(file.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _function_span(tree: ast.Module | None, line: int) -> tuple[int, int]:
+    """(line, last line) of the innermost function holding `line`; (line, line) where there is none."""
+    if tree is None:
         return line, line
     spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)]
