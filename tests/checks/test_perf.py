@@ -188,7 +188,8 @@ def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
     """Baseline against itself. The sequential procedure cries wolf in at most 5% of A/A runs
     (tests/bench/bench_stats.py measures it); a systematic bias (say, whoever runs second is
     faster) would show in every repetition, so we allow one false call in three rather than flake.
-    On a quiet machine the answer is "no significant change", on a noisy one "inconclusive"."""
+    On a quiet machine the answer is "no significant change", on a noisy one "inconclusive"; a metric that cries
+    wolf while neither of the harness's clocks sees a saving is "not confirmed" (issue 45), never "faster"."""
     checker, src = perf_checker
     same = make_patch(src, tmp_path, SAME)
     verdicts = []
@@ -201,8 +202,8 @@ def test_aa_on_real_processes_calls_no_change(perf_checker, tmp_path):
         # both sides' samples are children of one server, or (no bubblewrap) all fresh processes
         assert ev.perf.processes == ("forked from one warm server" if WarmPython.available() else "fresh processes")
         verdicts.append(ev.perf.verdict)
-    assert set(verdicts) <= {"no significant change", "inconclusive", "faster", "slower"}, verdicts
-    assert sum(v in ("faster", "slower") for v in verdicts) <= 1, verdicts
+    assert set(verdicts) <= {"no significant change", "inconclusive", "not confirmed", "faster", "slower"}, verdicts
+    assert sum(v in ("faster", "slower", "not confirmed") for v in verdicts) <= 1, verdicts  # the metric's false calls
 
 
 @pytest.mark.slow
