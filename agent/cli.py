@@ -18,7 +18,7 @@ from agent.task import Task, TaskError, load_task, load_task_set
 
 if TYPE_CHECKING:
     from agent.results.plan import Plan, Subset
-    from agent.results.predictions import Prediction
+    from agent.interchange.predictions import Prediction
 
 
 def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
@@ -89,7 +89,7 @@ def cmd_tasks_import(args: argparse.Namespace, out: Console) -> int:
     """GSO or SWE-bench records -> task files, each validated: exit 0 when all were written, 1 when some
     record could not be (one line each on stderr; the others are written), 2 on bad input (nothing written)
     or when a record was refused as unsafe (its one line names why; nothing of it is written)."""
-    from agent.task_import import FORMATS, RecordsError, import_records
+    from agent.interchange.task_import import FORMATS, RecordsError, import_records
 
     if args.format is None:
         raise UserError(f"give --format: {' or '.join(FORMATS)}")
@@ -359,7 +359,7 @@ def _run_set(args: argparse.Namespace, out: Console, run_id: str, plan: "Plan", 
     from agent.batch.driver import BatchConfig, BatchError, load_tasks, run_batch
     from agent.batch.subset import SubsetError, choose
     from agent.results.layout import graded_predictions, run_folder
-    from agent.results.predictions import PredictionsError, read_predictions
+    from agent.interchange.predictions import PredictionsError, read_predictions
     from agent.results.tables import summary_tables
     from agent.run.entry import require_sandbox
 
@@ -417,7 +417,7 @@ def _subset(args: argparse.Namespace, plan: "Plan") -> "Subset | None":
 def _iso_runs(folders: list[Path], task_set: str) -> "list[Prediction]":
     """An ISO-Bench run folder given to --predictions: each item folder's patch, agent and model, and its claims,
     named for the set's tasks (a shipped task answers for the ISO-Bench instance it covers)."""
-    from agent.iso_bench import read_run_folder
+    from agent.interchange.iso_bench import read_run_folder
 
     if not folders:
         return []
@@ -431,7 +431,7 @@ def _iso_runs(folders: list[Path], task_set: str) -> "list[Prediction]":
 def _check_predictions(args: argparse.Namespace, out: Console) -> int:
     """`check SET --predictions FILE...`: every prediction graded as a batch job, beside the baseline."""
     from agent.agents import PREDICTION
-    from agent.results.predictions import GOLD, PredictionsError, gold_predictions, read_predictions
+    from agent.interchange.predictions import GOLD, PredictionsError, gold_predictions, read_predictions
 
     files = [str(Path(f).resolve()) for f in args.predictions if f != GOLD]
     try:
@@ -535,7 +535,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Console) -> int:
     """Runs' jobs as SWE-bench / GSO predictions (JSON lines, or a JSON list to a .json file) or as CSV."""
-    from agent.results.export import (FORMATS, ExportError, csv_text, load_jobs, prediction, predictions_json,
+    from agent.interchange.export import (FORMATS, ExportError, csv_text, load_jobs, prediction, predictions_json,
                                       predictions_jsonl, repeated, select)
     from agent.util.files import atomic_write
     from agent.util.text import strip_controls

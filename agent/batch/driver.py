@@ -31,11 +31,11 @@ from agent.batch.progress import BatchProgress
 from agent.env.workspace import checked_bases
 from agent.options import RunOptions
 from agent.results.layout import PLAN, PREDICTIONS, job_key, job_paths, model_slug, run_folder
-from agent.results.export import write_run_predictions
+from agent.interchange.export import write_run_predictions
 from agent.results.ledger import Ledger
 from agent.results.load import summarize_run
 from agent.results.plan import PlannedJob, Subset, read_plan
-from agent.results.predictions import Prediction, by_attempt, write_predictions
+from agent.interchange.predictions import Prediction, by_attempt, write_predictions
 from agent.results.record import JobRecord
 from agent.results.summary import BatchSummary
 from agent.results.tables import write_summary

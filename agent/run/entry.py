@@ -32,7 +32,7 @@ from agent.task import Task, TaskError, load_task
 from agent.util.text import markup_safe
 
 if TYPE_CHECKING:
-    from agent.results.predictions import Prediction
+    from agent.interchange.predictions import Prediction
     from agent.run.graded import RunResult
 
 EXIT_BAD_INPUT = 2
@@ -206,7 +206,7 @@ def _prediction(request: RunRequest, task_id: str, name: str) -> "Prediction":
     """The prediction a job of `check --predictions` grades: sample k of (task, name) in its run's copy of
     the predictions file."""
     from agent.results.layout import PREDICTIONS, run_folder, split_key
-    from agent.results.predictions import PredictionsError, by_attempt, read_predictions
+    from agent.interchange.predictions import PredictionsError, by_attempt, read_predictions
 
     if request.run_id is None:
         raise UserError("a prediction is graded inside a run: use perfagent check SET --predictions FILE")

@@ -20,7 +20,7 @@ from agent.checks.patchinfo import changes_anything, unreadable
 from agent.checks.grade import nothing_to_grade
 from agent.checks.verdicts import Verdict
 from agent.env.workspace import PatchError
-from agent.results.predictions import Prediction
+from agent.interchange.predictions import Prediction
 from agent.results.report import AgentRun
 from agent.run.exits import RunEnded
 from agent.run.graded import Contestant, Emission, GradedRun, RunResult, Where, final_emission, graded_run

@@ -14,7 +14,7 @@ from agent.checks.render import evaluation_rows
 from agent.cli import main
 from agent.results.load import load_run
 from agent.results.plan import Subset
-from agent.results.predictions import PredictionsError, by_attempt, read_predictions
+from agent.interchange.predictions import PredictionsError, by_attempt, read_predictions
 from agent.task import load_task_set
 from helpers import make_repo
 

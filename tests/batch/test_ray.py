@@ -152,7 +152,7 @@ def test_a_prediction_job_grades_the_predictions_shipped_to_it(cluster):
     code = f"""
 from pathlib import Path
 from agent.batch.driver import BatchConfig, load_tasks, run_batch
-from agent.results.predictions import Prediction
+from agent.interchange.predictions import Prediction
 cfg = BatchConfig(run_id="preds", out_dir=Path({str(lab.out)!r}), workers=1, executor="ray", quiet=True,
                   predictions=[Prediction(instance_id="t2", model_name_or_path="elsewhere", model_patch={REF!r})])
 run_batch(load_tasks({str(lab.tasks / "t2.toml")!r}), [], 1, cfg)

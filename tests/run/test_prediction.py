@@ -10,7 +10,7 @@ import pytest
 from helpers import SAFE, UNSAFE, RecordedChecker, make_task, tiny_evidence
 
 from agent.agents import PREDICTION
-from agent.results.predictions import Prediction
+from agent.interchange.predictions import Prediction
 from agent.run.exits import Interrupted
 from agent.run.prediction import grade_prediction
 

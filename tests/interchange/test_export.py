@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.results.export import CSV_COLUMNS, SCHEMA
+from agent.interchange.export import CSV_COLUMNS, SCHEMA
 from agent.results.report import AgentRun, read_report
 from helpers import DIFF, SONNET, Job, make_batch, write_job
 

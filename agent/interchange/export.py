@@ -28,7 +28,7 @@ from agent.agents import PREDICTION, split_spec
 from agent.checks.conditions import Conditions, busy_why
 from agent.results.layout import EMITTED, RUN_PREDICTIONS, job_paths, locate, out_dir_of, split_key
 from agent.results.load import load_run
-from agent.results.predictions import Prediction
+from agent.interchange.predictions import Prediction
 from agent.results.record import JobRecord
 from agent.util.files import atomic_write
 from agent.util.text import csv_cell

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import commit, make_repo, perfagent_cli as perfagent
 
-from agent.iso_bench import read_configs, read_run_folder, task_id
+from agent.interchange.iso_bench import read_configs, read_run_folder, task_id
 from agent.task import load_task
 
-DATA = Path(__file__).resolve().parent / "data" / "iso_bench"
+DATA = Path(__file__).resolve().parents[1] / "data" / "iso_bench"
 RUN = "state/runs/fastpkg/claude_code/default/2025-12-23_06-28-44"
 SLOW = ("def total(xs, rounds=40):\n    s = 0\n    for _ in range(rounds):\n        for x in xs:\n            s += x\n"
         "    return s\n")
@@ -168,7 +168,7 @@ def test_check_predictions_grades_a_run_folder_and_keeps_the_agents_claim_and_co
 
 # -- the seed: ISO-Bench's stored run for sglang 205d5cb4, answered by the shipped SGLang task -----------------------
 SEED = DATA.parent / "iso_bench_seed" / "state" / "runs" / "sglang" / "claude_code" / "default" / "2025-12-23_06-28-44"
-REAL = Path(__file__).resolve().parents[1] / "tasks" / "real"
+REAL = Path(__file__).resolve().parents[2] / "tasks" / "real"
 
 
 def test_the_seeds_instance_names_the_shipped_task_with_its_paths_mapped_onto_its_tree():

@@ -14,9 +14,9 @@ import pytest
 from helpers import commit, make_repo, perfagent_cli as perfagent
 
 from agent.task import load_task, tomllib
-from agent.task_import import toml_str
+from agent.interchange.task_import import toml_str
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def diff(repo, a: str, b: str) -> str:
@@ -342,7 +342,7 @@ def test_tasks_path_still_lists_and_toml_strings_round_trip(tmp_path):
 
 
 # -- a record is data: the runners are the package's files, what differs is JSON beside them ------------------
-RUNNERS = REPO / "agent" / "import_runners"
+RUNNERS = REPO / "agent" / "interchange" / "runners"
 
 
 def test_the_runners_are_the_packages_own_files_and_the_record_is_json_beside_them(gso, swe):

@@ -8,8 +8,8 @@ keeps each agent's attempt in `state/runs/<repo>/<agent>/<model>/<timestamp>/<it
 `run_summary.json` / `journal.json` (the commits, the agent, the model) and the agent's own output
 (`claude_code_stdout.txt`: Claude Code's headless result JSON, with its final message and its cost).
 
-`read_configs` turns a config file into records, one per commit pair, for agent.task_import; `read_run_folder`
-turns a run folder into predictions (agent.results.predictions) that name the task the import made
+`read_configs` turns a config file into records, one per commit pair, for task_import; `read_run_folder` turns a
+run folder into predictions (agent.interchange.predictions) that name the task the import made
 (`<config id>-<human commit's first 8 hex>`), each carrying the agent's own claim and cost as `agent_result`.
 Nothing here runs or imports anything a file names.
 """
@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.results.predictions import Prediction, PredictionsError
+from agent.interchange.predictions import Prediction, PredictionsError
 
 __all__ = ["ConfigError", "read_configs", "read_run_folder", "task_id", "is_run_folder"]
 

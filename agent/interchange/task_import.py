@@ -6,8 +6,8 @@ task with its files, and holds every one to the validator (`load_task`, `check_t
 record that fails is reported by name, and the others are still written.
 
 A record's text is data, never code and never a shell command: the checks' scripts are the package's own files
-(agent/import_runners), copied beside the task with a JSON file of what differs per task; the base commit must be
-a sha or a plain ref name; an install command is kept only as a pip install of named packages (agent.import_rules).
+(agent/interchange/runners), copied beside the task with a JSON file of what differs per task; the base commit must be
+a sha or a plain ref name; an install command is kept only as a pip install of named packages (import_rules).
 A record that breaks one of these is refused whole (`RecordRefused`) and nothing of it is written.
 
 Nothing of the user's is overwritten or lost: each task is written to a temporary folder beside it, validated
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import import_rules
+from agent.interchange import import_rules
 from agent.env.workspace import PatchError, check_task_base, patch_paths
 from agent.task import TaskError, load_task
 
@@ -44,7 +44,7 @@ FORMATS = ("gso", "swebench", "iso-bench")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 GSO_METRIC = "gso_time_s"
-RUNNERS = Path(__file__).resolve().parent / "import_runners"  # the checks' scripts, copied beside each task
+RUNNERS = Path(__file__).resolve().parent / "runners"  # the checks' scripts, copied beside each task
 
 
 class RecordsError(Exception):
@@ -265,7 +265,7 @@ def _base(record: dict) -> str:
 
 
 def _runner(name: str, task_id: str, settings: dict) -> dict[str, str]:
-    """The runner `name` (a file of agent/import_runners, as it is) and its settings beside it, as JSON."""
+    """The runner `name` (a file of agent/interchange/runners, as it is) and its settings beside it, as JSON."""
     text = (RUNNERS / name).read_text(encoding="utf-8")
     data = json.dumps({"instance": task_id, **settings}, indent=1, ensure_ascii=False) + "\n"
     return {f"{task_id}/{name}": text, f"{task_id}/{Path(name).stem}.json": data}
@@ -432,7 +432,7 @@ def _swebench(record: dict, task_id: str, out: Path, repos: Path | None, source:
     return _Draft(header, top, tables, files, unmapped)
 
 
-# ISO-Bench: https://github.com/thekernelcompany/OmniPerf-Bench (ISO-Bench/tasks/*.yaml), read by agent.iso_bench
+# ISO-Bench: https://github.com/thekernelcompany/OmniPerf-Bench (ISO-Bench/tasks/*.yaml), read by iso_bench.py
 ISO_FIELDS = {"id", "name", "description", "repo", "runner", "env_build", "optimization_contract", "agents",
               "testpack", "metrics", "scoring", "instance_id", "human_commit", "pre_commit"}
 _ISO_WHY = {
@@ -447,7 +447,7 @@ _THROUGHPUT = re.compile(r"throughput|per_s|tok|qps|rps", re.IGNORECASE)
 
 
 def _iso_records(path: Path) -> list[tuple[int, dict]]:
-    from agent.iso_bench import ConfigError, read_configs
+    from agent.interchange.iso_bench import ConfigError, read_configs
 
     try:
         return list(enumerate((record for _where, record in read_configs(path)), 1))
