@@ -15,13 +15,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.errors import BadInput
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 
-class TaskError(Exception):
+class TaskError(BadInput):
     """A task file that cannot be used; the message is a single line for the user."""
 
 

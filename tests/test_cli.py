@@ -148,3 +148,9 @@ def test_every_model_of_a_batch_is_checked_before_anything_is_planned(tmp_path, 
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().count("\n") == 0 and models.split(",")[1].split(":")[0] in res.stderr, res.stderr
     assert not (tmp_path / "results").exists(), "nothing is planned"
+
+
+def test_names_from_the_command_line_are_printed_as_typed_never_as_emoji():
+    """rich would print `prediction:x:` as "prediction❌"; an error must quote what the user typed."""
+    res = perfagent("batch", "tasks/all.toml", "--models", "prediction:x")
+    assert res.returncode == 2 and "prediction:x:" in res.stderr and "\u274c" not in res.stderr, res.stderr

@@ -1,5 +1,6 @@
 """The layout's promises, checked on the source: data flows one way, so no import cycle between
-modules of agent/ (imports inside functions included), only entry points import the CLI, and
+modules of agent/ (imports inside functions included), only entry points import the CLI (whose
+command modules stay thin: their rules live in their domains), and
 the "never" arrows hold (review reads results, never run or batch; results is below them all).
 A `_private` name stays in its module: what another module needs is public in its home.
 Test modules share code through helpers.py and fixtures, never by importing each other.
@@ -15,6 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = {"agent.__main__"}  # `python -m agent`; the console script names agent.cli:main itself
+CLI = "agent.cli"  # a package: one module per command, each flags, one call and the printing
+CLI_MODULE_LINES = 150  # a command module longer than this holds rules that belong in their domain
 NEVER = {  # package -> the packages none of its modules may import
     "agent.review": ("agent.run", "agent.batch"),
     "agent.results": ("agent.run", "agent.batch", "agent.review", "agent.cli"),
@@ -130,9 +133,53 @@ def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
     assert cycles(graph(pkg)) == [["agent.batch.driver", "agent.cli"]]
 
 
+def cli_importers(g: dict[str, set[str]]) -> list[str]:
+    """Every module outside the CLI package and the entry points that imports any module of it."""
+    return sorted(m for m, deps in g.items() if not inside(m, CLI) and m not in ENTRY_POINTS
+                  and any(inside(d, CLI) for d in deps))
+
+
 def test_only_entry_points_import_the_cli():
-    importers = sorted(m for m, deps in graph(ROOT / "agent").items() if "agent.cli" in deps and m not in ENTRY_POINTS)
-    assert importers == []
+    assert cli_importers(graph(ROOT / "agent")) == []
+
+
+def test_the_cli_importer_finder_finds_an_import_of_a_command_module(tmp_path):
+    pkg = tmp_path / "agent"
+    for sub in ("cli", "batch"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("from agent.cli import main\n")
+    (pkg / "cli" / "check.py").write_text("from agent.batch import driver\nfrom agent.cli import batch\n")
+    (pkg / "cli" / "batch.py").write_text("")
+    (pkg / "batch" / "driver.py").write_text("def f():\n    from agent.cli.check import add\n")
+    assert cli_importers(graph(pkg)) == ["agent.batch.driver"]
+
+
+def long_cli_modules(top: Path, limit: int) -> list[str]:
+    """Each module of the CLI (the package, or a lone cli.py) longer than `limit` lines, with its length."""
+    found = []
+    for path in sorted([*top.glob("cli.py"), *(top / "cli").glob("*.py")]):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            found.append(f"{path.relative_to(top.parent).as_posix()}: {n} lines")
+    return found
+
+
+def test_every_cli_module_is_thin():
+    found = long_cli_modules(ROOT / "agent", CLI_MODULE_LINES)
+    assert found == [], ("a command's module is its flags, one call and the printing; move its rules to their "
+                         "domain:\n" + "\n".join(found))
+
+
+def test_the_thin_cli_check_finds_a_long_command_module(tmp_path):
+    (tmp_path / "agent" / "cli").mkdir(parents=True)
+    (tmp_path / "agent" / "cli" / "run.py").write_text("x = 1\n" * 10)
+    (tmp_path / "agent" / "cli" / "batch.py").write_text("x = 1\n" * 11)
+    (tmp_path / "agent" / "task.py").write_text("x = 1\n" * 50)  # outside the CLI: not its business
+    assert long_cli_modules(tmp_path / "agent", 10) == ["agent/cli/batch.py: 11 lines"]
+    (tmp_path / "agent" / "cli.py").write_text("x = 1\n" * 12)  # the CLI as one module, as it was
+    assert long_cli_modules(tmp_path / "agent", 10) == ["agent/cli/batch.py: 11 lines", "agent/cli.py: 12 lines"]
 
 
 def inside(module: str, package: str) -> bool:
@@ -365,3 +412,109 @@ def test_the_hand_built_path_finder_finds_either_side_and_spares_the_layout(tmp_
 def test_result_paths_come_only_from_the_layout():
     found = hand_built_paths(ROOT / "agent")
     assert found == [], "name these through agent/results/layout.py (run_folder, job_paths):\n" + "\n".join(found)
+
+
+# -- checks.json: one module reads and writes it (agent/results/checks_log.py), nothing else names it -------------
+CHECKS_HOMES = {LAYOUT, "agent/results/checks_log.py"}  # its name, and its one schema, reader and writer
+
+
+def checks_json_namers(top: Path, homes: set[str]) -> list[str]:
+    """Each place outside `homes` that names checks.json: the layout's `CHECKS` (imported or used), or a path
+    spelled out ("checks.json", "x/checks.json"; prose that mentions the file is not a path)."""
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        where = path.relative_to(top.parent).as_posix()
+        if where in homes:
+            continue
+        found += [(where, n.lineno) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _names_checks(n)]
+    return [f"{where}:{line}" for where, line in sorted(set(found))]
+
+
+NAME_FIELD = {ast.alias: "name", ast.Name: "id", ast.Attribute: "attr"}  # where a node keeps the name it says
+
+
+def _names_checks(node: ast.AST) -> bool:
+    field = NAME_FIELD.get(type(node))
+    if field is not None:
+        return getattr(node, field) == "CHECKS"
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str) and not any(c.isspace() for c in node.value)
+            and node.value.rstrip("/").rpartition("/")[2] == "checks.json")
+
+
+def test_only_the_checks_log_names_checks_json():
+    found = checks_json_namers(ROOT / "agent", CHECKS_HOMES)
+    assert found == [], "read and write it through agent/results/checks_log.py:\n" + "\n".join(found)
+
+
+def test_the_checks_json_finder_finds_the_name_and_a_spelled_path_and_spares_its_homes(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "results").mkdir(parents=True)
+    (pkg / "results" / "layout.py").write_text('CHECKS = "checks.json"\n')
+    (pkg / "results" / "checks_log.py").write_text('from agent.results.layout import CHECKS\np = d / CHECKS\n')
+    (pkg / "m.py").write_text('from agent.results.layout import CHECKS\n'
+                              'a = job / CHECKS\nb = read_json(run.dir / "checks.json")\nc = layout.CHECKS\n'
+                              'd = "results/r/checks.json"\nhelp = "a job folder (its checks.json)"\n'
+                              'e = "checks.jsonl"\n')
+    assert checks_json_namers(pkg, {"agent/results/layout.py", "agent/results/checks_log.py"}) == [
+        "agent/m.py:1", "agent/m.py:2", "agent/m.py:3", "agent/m.py:4", "agent/m.py:5"]
+
+
+# -- one error hierarchy: agent/errors.py draws it, every error perfagent raises for the user derives from it -----
+ERRORS = "agent/errors.py"
+HIERARCHY = {"PerfagentError", "BadInput"}
+BUILTIN_ERRORS = {"BaseException", "Exception", "ValueError", "RuntimeError", "OSError", "TypeError", "LookupError",
+                  "KeyError", "KeyboardInterrupt"}
+# Control flow that never reaches the user as an error, and util's own (util imports nothing of agent); each is
+# named in agent/errors.py's docstring all the same.
+OUTSIDE_THE_HIERARCHY = {"RunEnded", "Interrupted", "RoundLost", "ToolFailure", "Refused", "_BatchGone", "_BadBody",
+                         "SealError"}
+
+
+def error_classes(top: Path) -> list[tuple[str, str, set[str]]]:
+    """(file, class, its bases' names) for each class of `top` that derives from a builtin exception or from the
+    hierarchy directly."""
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b).rpartition(".")[2] for b in node.bases}
+                if bases & (BUILTIN_ERRORS | HIERARCHY):
+                    found.append((path.relative_to(top.parent).as_posix(), node.name, bases))
+    return found
+
+
+def stray_errors(top: Path, outside: set[str]) -> list[str]:
+    """Each error class outside the hierarchy that is not one of `outside`, and each class the errors module's
+    docstring does not name (the drawing stays whole): "file: Class: why"."""
+    errors = top / "errors.py"
+    drawing = ast.get_docstring(ast.parse(errors.read_text(encoding="utf-8"))) or "" if errors.exists() else ""
+    found = []
+    for where, name, bases in error_classes(top):
+        if where == ERRORS:
+            continue
+        if not bases & HIERARCHY and name not in outside:
+            found.append(f"{where}: {name}: derives from {', '.join(sorted(bases))}, not PerfagentError")
+        if not re.search(rf"\b{re.escape(name)}\b", drawing):
+            found.append(f"{where}: {name}: not in {ERRORS}'s drawing")
+    return found
+
+
+def test_every_error_is_in_the_one_hierarchy():
+    found = stray_errors(ROOT / "agent", OUTSIDE_THE_HIERARCHY)
+    assert found == [], ("derive it from agent.errors.BadInput (exit 2) or PerfagentError (exit 1) and draw it in "
+                         "agent/errors.py's docstring:\n" + "\n".join(found))
+
+
+def test_the_stray_error_finder_finds_a_loose_error_and_an_undrawn_one(tmp_path):
+    pkg = tmp_path / "agent"
+    (pkg / "run").mkdir(parents=True)
+    (pkg / "errors.py").write_text('"""PerfagentError\n    BadInput\n        TaskError\nLoop"""\n'
+                                   "class PerfagentError(Exception):\n    pass\n")
+    (pkg / "task.py").write_text("class TaskError(errors.BadInput):\n    pass\n")
+    (pkg / "run" / "m.py").write_text("class Loose(ValueError):\n    pass\nclass Loop(Exception):\n    pass\n"
+                                      "class Fine(PerfagentError, RuntimeError):\n    pass\n"
+                                      "class Sub(TaskError):\n    pass\n")
+    assert stray_errors(pkg, {"Loop"}) == [
+        "agent/run/m.py: Loose: derives from ValueError, not PerfagentError",
+        "agent/run/m.py: Loose: not in agent/errors.py's drawing",
+        "agent/run/m.py: Fine: not in agent/errors.py's drawing"]

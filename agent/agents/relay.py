@@ -45,6 +45,7 @@ from agent.agents.wire import (FORWARDED, LAST_EVENTS, METERED, NO_SUCH_MODEL, P
                                json_or_text, request_model, sse_events, with_stream_usage)
 from agent.models.base import Usage
 from agent.models.pricing import normalize_model_id
+from agent.errors import PerfagentError
 
 if TYPE_CHECKING:
     from email.message import Message
@@ -71,7 +72,7 @@ MAX_PARSED = 32 << 20  # a response longer than this is forwarded whole but not 
 DRAIN_S = 30.0
 
 
-class RelayError(RuntimeError):
+class RelayError(PerfagentError, RuntimeError):
     """The relay cannot start (no upstream URL it can use, a socket it cannot bind)."""
 
 

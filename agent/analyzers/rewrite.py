@@ -16,9 +16,10 @@ from .flow import Alloc
 from .context import ModuleContext
 from .factories import to_empty
 from .findings import ZERO_INIT, AnalyzerConfig, Finding
+from agent.errors import PerfagentError
 
 
-class RewriteError(ValueError):
+class RewriteError(PerfagentError, ValueError):
     """A requested rewrite does not match an allocation in the given source."""
 
 

@@ -42,11 +42,12 @@ from agent.results.tables import write_summary
 from agent.run.names import BadName, check_job, check_run_id
 from agent.task import Task, TaskError, load_task_set
 from agent.util.seal import WHY, load_key, read_mac, seal_of
+from agent.errors import BadInput
 
 __all__ = ["BatchConfig", "BatchError", "BatchOutcome", "BatchSummary", "JobRecord", "JobSpec", "expand_jobs",
            "model_slug", "run_batch", "summarize_run"]
 
-class BatchError(Exception):
+class BatchError(BadInput):
     """A batch that cannot start (bad models, a run id in use, no Ray): one line for the user."""
 
 
@@ -199,7 +200,7 @@ def run_batch(tasks: Sequence[Task], models: Sequence[str], samples: int, cfg: B
               console: Console | None = None, executor: Executor | None = None) -> BatchOutcome:
     """Run every job the ledger does not already hold as done; write summary.json, summary.md and (SWE-bench's
     form) predictions.jsonl."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, emoji=False)
     try:
         check_run_id(cfg.run_id)
     except BadName as e:

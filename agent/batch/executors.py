@@ -37,6 +37,7 @@ from agent.results.report import Report
 from agent.run.entry import RunRequest
 from agent.util.files import atomic_write
 from agent.util.seal import MAC_SUFFIX, load_key, mac_path, sign
+from agent.errors import PerfagentError
 
 OnStart = Callable[["JobSpec", str | None], None]
 OnFinish = Callable[[JobRecord], None]
@@ -44,7 +45,7 @@ OnFinish = Callable[[JobRecord], None]
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PERFAGENT_DEBUG")
 
 
-class ExecutorError(Exception):
+class ExecutorError(PerfagentError):
     """The executor cannot run at all (Ray missing or unreachable): one line for the user."""
 
 

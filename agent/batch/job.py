@@ -22,7 +22,7 @@ def run_json(request: str) -> int:
         req = RunRequest.model_validate_json(request)
         # Which task file and harness the job runs, first in its log: under Ray, the copies shipped to the worker
         print(f"starting: task {req.task_file}, harness {Path(agent.__file__).parent}", flush=True)
-        return run_request(req, Console(), display="log")
+        return run_request(req, Console(emoji=False), display="log")
 
     return guarded(run)
 

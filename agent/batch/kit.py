@@ -29,6 +29,7 @@ from typing import Any
 
 from agent.env.workspace import git_env
 from agent.task import Task, resolve_near
+from agent.errors import PerfagentError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +39,7 @@ else:  # pragma: no cover
 REPO_DIR, REFERENCE = "repo", "reference.diff"
 
 
-class KitError(Exception):
+class KitError(PerfagentError):
     """A task that cannot be packed or unpacked (git failed, a corrupt archive): one line."""
 
 

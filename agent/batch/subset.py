@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from agent.results.plan import Subset
 from agent.task import Task
+from agent.errors import BadInput
 
 
-class SubsetError(Exception):
+class SubsetError(BadInput):
     """A subset that cannot be taken (a bad expression, an unknown id, nothing left): one line for the user."""
 
 

@@ -121,7 +121,10 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
     if measure:
         threading.Thread(target=preload_stats, daemon=True).start()
     try:
-        _correctness(sides, cand, e, changed, allocations, bench=not quick and spec.perf is not None)
+        # a quick check runs the bench once for its line records alone (no poison, no sanitizer): grade
+        # never calls faster a change whose lines the bench did not run
+        _correctness(sides, cand, e, changed, allocations, bench=spec.perf is not None and (measure or not quick),
+                     lines_only=quick)
         if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
             # evidence beside the tests', whether or not they failed
             e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
@@ -135,15 +138,17 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
 
 
 def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileLines],
-                 allocations: dict[str, tuple[str, list[int]]], *, bench: bool) -> None:
-    """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments."""
+                 allocations: dict[str, tuple[str, list[int]]], *, bench: bool, lines_only: bool = False) -> None:
+    """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments;
+    (`lines_only`, a quick check) under the line recorder alone, to learn which changed lines it runs."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
     folders = {name: coverage.prepare(workdir / name, cand.root, py_files, changed) if py_files else None
                for name in ("coverage", "bench-coverage")}
     reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels)
-                    if py_files and spec.sanitizing else None) for name in ("sanitizer", "bench-sanitizer")}
+                    if py_files and spec.sanitizing and not (lines_only and name == "bench-sanitizer") else None)
+             for name in ("sanitizer", "bench-sanitizer")}
     launcher = sides.tests()
     keys = {name: new_key() for name in ("plain", "poison", "bench")}  # no run can sign another's rows
     perf = sides.task.spec.perf
@@ -176,7 +181,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
                         sanitizer.prepare(workdir / "bench-sanitizer", cand.root, py_files, spec.kernels)
                 except OSError as err:
                     raise CheckError(f"the bench's records could not be made anew after the tests: {err}") from None
-            return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=True,
+            return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=not lines_only,
                              lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"],
                              key=keys[name], shared=shared(name))
         done = run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
@@ -206,7 +211,8 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     if reads["sanitizer"] is not None and poison is not None:
         e.sanitizer = sanitizer.collect(reads["sanitizer"], cand.root, changed, keys["poison"])
     bench_lines = None
-    if "bench" in runs and folders["bench-coverage"] is not None:
+    # a quick check's line run that failed says nothing the samples do not (they run the bench again)
+    if "bench" in runs and folders["bench-coverage"] is not None and (runs["bench"].passed or not lines_only):
         bench_lines = coverage.recorded(folders["bench-coverage"], keys["bench"])
         e.bench_check = _bench_check(sides, cand.root, e, changed, runs["bench"], bench_lines,
                                      reads["bench-sanitizer"], keys["bench"])
@@ -216,7 +222,7 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
         if plain.passed:  # a run that stopped early leaves read sites unrun that a full run would reach
             watched = bench_lines if e.bench_check is not None and _watched(e.bench_check) else None
             e.read_sites = _read_sites(cand.root, found.result(), rec, watched)
-        if e.bench_check is not None and e.bench_check.ran_whole:
+        if e.bench_check is not None and e.bench_check.ran_whole and not lines_only:
             e.bench_check.skipped_after = _skipped_after(cand.root, e)
 
 

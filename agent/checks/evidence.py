@@ -3,22 +3,20 @@
 `collect` writes it, `grade` reads it (and nothing else of the run), and it is saved beside
 each evaluation in checks.json, so a past run can be re-graded after a rule changes
 (`perfagent check --regrade`) without running anything again: only as this machine's perfagent
-sealed it (agent.util.seal), since anyone holding the file can edit it.
+sealed it (agent.util.seal), since anyone holding the file can edit it. checks.json itself, its entries
+and its one reader: agent.results.checks_log.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DiffStats, Environment,
                                      Hygiene, InitcheckResult, PerfResult, ReadSiteResult, ReferenceResult,
                                      SanitizerResult)
 from agent.checks.clocks import ClockCheck
 from agent.checks.integrity import IntegrityResult
-from agent.util.seal import SealError, read_sealed
+from agent.errors import BadInput
 
 
 class Evidence(BaseModel):
@@ -50,34 +48,6 @@ class Evidence(BaseModel):
     duration_s: float = 0.0
 
 
-class Recorded(BaseModel):
-    """One grading as checks.json keeps it: the evidence, and the evaluation it was given then."""
-
-    evidence: Evidence
-    evaluation: dict | None = None  # as written: re-read through Evaluation only when compared
-
-
-class EvidenceError(Exception):
+class EvidenceError(BadInput):
     """A file or folder that holds no evidence to re-grade."""
 
-
-def load_recorded(path: Path, key: bytes) -> list[Recorded]:
-    """The gradings recorded at `path`: an evidence file (`perfagent check --evidence`), a checks.json,
-    or a run's job folder holding one; only when its seal verifies under `key` (agent.util.seal): a
-    grade of evidence anyone could have edited would travel as a pass without that caveat."""
-    path = path / "checks.json" if path.is_dir() else path
-    try:
-        data = json.loads(read_sealed(path, key).decode("utf-8"))
-    except SealError as e:
-        raise EvidenceError(f"{e}; nothing graded") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EvidenceError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        if isinstance(data, dict):
-            return [Recorded(evidence=Evidence.model_validate(data))]
-        entries = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
-        if entries and not any("evidence" in d for d in entries):
-            raise EvidenceError(f"{path}: its gradings carry no evidence (recorded before evidence was kept)")
-        return [Recorded.model_validate(d) for d in entries if "evidence" in d]
-    except ValidationError as e:
-        raise EvidenceError(f"{path}: not evidence perfagent wrote: {str(e).splitlines()[0]}") from None

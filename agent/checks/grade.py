@@ -207,6 +207,20 @@ def read_sites_unrun(e: Evidence, spec: TaskSpec) -> list[str]:
             for s in e.read_sites if not s.executed and not s.bench]
 
 
+def bench_never_ran_change(e: Evidence, spec: TaskSpec) -> list[str]:
+    """The metric says faster, yet the bench's own line records (every process signed) show none of the
+    changed source lines ran in it: the gain is noise or the machine, never the change. The speed is "not
+    confirmed" (see grade); the change does not fail for that alone. Only where every changed file is
+    Python, whose lines the recorder sees (protected test files are already restored to the base's)."""
+    b, p = e.bench_check, e.perf
+    if b is None or not b.ran_whole or b.ran or p is None or p.verdict != PerfVerdict.FASTER:
+        return []
+    lines = [f"{path}:{n}" for path, ns in e.changed_lines.items() for n in ns]
+    if not lines or not all(path.endswith(".py") for path in e.changed_lines):
+        return []
+    return ["perf not confirmed: the bench never ran the changed lines: " + compact_lines(lines)]
+
+
 def clocks_replaced(e: Evidence, spec: TaskSpec) -> list[str]:
     """A bench process whose timing functions were not the interpreter's own timed nothing we can trust;
     one the clock guard could not vouch for where it vouched for every baseline process is not measured."""
@@ -241,6 +255,7 @@ RULES: list[tuple[Verdict, Rule]] = [
     (Verdict.UNVERIFIED, proof_skipped_by_the_bench),
     (Verdict.SUSPICIOUS, clocks_replaced),
     (Verdict.SUSPICIOUS, flagged_code),
+    (Verdict.PASS, bench_never_ran_change),  # a word on the speed only: the change does not fail for it
 ]
 # nothing weaker is argued after these
 FINAL: frozenset[Verdict] = frozenset({Verdict.ERROR, Verdict.NO_CHANGE, Verdict.REJECTED, Verdict.FAIL})
@@ -273,6 +288,8 @@ def grade(e: Evidence, spec: TaskSpec) -> Evaluation:
         unconfirmed = o is not None and o.confirmed is False and (o.refuted or not e.quick)
         perf = perf.model_copy(update={"outside": o, **({"verdict": PerfVerdict.NOT_CONFIRMED} if unconfirmed
                                                            else {})})
+    if perf is not None and perf.verdict == PerfVerdict.FASTER and bench_never_ran_change(e, spec):
+        perf = perf.model_copy(update={"verdict": PerfVerdict.NOT_CONFIRMED})  # the change never ran in the bench
     replaced = clocks_replaced(e, spec)
     if replaced and perf is not None and perf.verdict == PerfVerdict.FASTER:
         perf = perf.model_copy(update={"verdict": PerfVerdict.NOT_CONFIRMED})  # timed by a clock of its own

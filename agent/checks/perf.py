@@ -37,6 +37,7 @@ from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, 
 from agent.env.warm import WarmError, WarmPython, parse_python, torch_preload
 from agent.task import PerfSpec
 from agent.util.text import tail
+from agent.errors import PerfagentError
 
 
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -64,7 +65,7 @@ class RoundLost(Exception):
     """The warm bench server can no longer be trusted or used: the round is run again, cold."""
 
 
-class BenchError(Exception):
+class BenchError(PerfagentError):
     """A bench run failed or did not print the metric; `side` says whose."""
 
     def __init__(self, side: str, message: str):

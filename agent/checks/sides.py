@@ -36,6 +36,8 @@ ALWAYS_PROTECTED = ["conftest.py", "pytest.ini", "sitecustomize.py", "usercustom
 class TaskBroken(CheckError):
     """The task's own commands fail on its unchanged base: nothing is graded, whatever the change."""
 
+    exit_code = 1  # not the input's fault, nor a change's
+
 
 class Sides:
     def __init__(self, task: Task, workdir: Path, *, log: Callable[[str], None], warm: bool = True):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from agent.errors import BadInput
+
 
 class _Word(str, Enum):
     """A member is its word wherever text is made (str(), f-strings, JSON), on every Python >= 3.10."""
@@ -55,6 +57,6 @@ UNGRADED: frozenset[Verdict] = frozenset({Verdict.NO_CHANGE, Verdict.REJECTED, V
 CALLED: frozenset[PerfVerdict] = frozenset({PerfVerdict.FASTER, PerfVerdict.SLOWER})
 
 
-class CheckError(Exception):
+class CheckError(BadInput):
     """The task itself cannot be checked (baseline setup or bench broken, or a command left processes
     that could not be ended): verdict "error". Here, beside the vocabulary, so any check can raise it."""

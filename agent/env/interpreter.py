@@ -31,6 +31,7 @@ from typing import Callable
 from agent.env.sandbox import HIDDEN_HOMES, PASSTHROUGH_ENV, isolation, run_command
 from agent.task import SetupSpec, Task
 from agent.util.files import empty_folder
+from agent.errors import PerfagentError
 
 READY = ".perfagent-ready"  # written last: a venv without it is a build that did not finish
 MIN_VERSION = (3, 9)
@@ -45,7 +46,7 @@ BUILD_ENV = tuple(k for k in PASSTHROUGH_ENV if k not in ("HOME", "TMPDIR", "VIR
 )
 
 
-class InterpreterError(Exception):
+class InterpreterError(PerfagentError):
     """The task's interpreter is missing or its venv could not be built; the message is one line."""
 
 

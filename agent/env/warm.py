@@ -31,6 +31,7 @@ from pathlib import Path
 from agent.env.cgroup import Cgroup
 from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, Readable, ResourceLimits, isolation, real_paths,
                                sealed_argv, seccomp_filter)
+from agent.errors import PerfagentError
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 180
@@ -119,7 +120,7 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-class WarmError(Exception):
+class WarmError(PerfagentError):
     """The server could not start or died; callers fall back to a cold process."""
 
 

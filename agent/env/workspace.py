@@ -25,6 +25,7 @@ import git
 from agent.env.candidate import Candidate, LeftOut, staged_reason, untracked_reason
 from agent.task import Task, TaskError
 from agent.util.globs import matches_any
+from agent.errors import BadInput
 
 RUN_BRANCH = "perfagent/run"
 # Never part of a baseline snapshot of a plain folder, nor of a candidate.
@@ -48,11 +49,11 @@ GIT_ENV = {
 NEUTRAL_ATTRIBUTES = "* !filter !diff !merge\n"
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(BadInput):
     """The repo cannot be turned into a workspace (missing, unknown base, clone failed)."""
 
 
-class PatchError(Exception):
+class PatchError(BadInput):
     """A patch that does not apply; the message is git's reason, in one line."""
 
 

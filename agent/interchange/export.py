@@ -32,6 +32,7 @@ from agent.interchange.predictions import Prediction
 from agent.results.record import JobRecord
 from agent.util.files import atomic_write
 from agent.util.text import csv_cell
+from agent.errors import BadInput
 
 __all__ = ["CSV_COLUMNS", "FORMATS", "SCHEMA", "ExportError", "ExportedJob", "PerfagentFields",
            "contestant_name", "csv_row", "csv_text", "load_jobs", "prediction", "predictions_json", "predictions_jsonl",
@@ -45,7 +46,7 @@ CSV_COLUMNS = ("run_id", "job", "task", "contestant", "sample", "status", "outco
                "gpu_mem_mhz")  # busy: why the machine was, while the speed was sampled (agent.checks.conditions)
 
 
-class ExportError(Exception):
+class ExportError(BadInput):
     """A folder that is no results folder, or a selection that leaves nothing: one line for the user."""
 
 

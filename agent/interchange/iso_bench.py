@@ -5,7 +5,8 @@ config (`tasks/sglang.yaml`: `repo.url`, `repo.human_commit`, an optional `repo.
 the human commit's first parent, `runner.requires_gpu`, `optimization_contract.target_files`, `metrics`), and
 keeps each agent's attempt in `state/runs/<repo>/<agent>/<model>/<timestamp>/<item>/`: `model_patch.diff`,
 `prediction.jsonl` (SWE-bench's three fields; its `instance_id` is a worktree path), `task.txt` (the prompt),
-`run_summary.json` / `journal.json` (the commits, the agent, the model) and the agent's own output
+`run_summary.json` / `journal.json` (the commits, the agent, the model; where ISO-Bench's evaluator ran, its own
+hard metrics: run_summary.json's `evaluation`, or `test_results.json`) and the agent's own output
 (`claude_code_stdout.txt`: Claude Code's headless result JSON, with its final message and its cost).
 
 `read_configs` turns a config file into records, one per commit pair, for task_import; `read_run_folder` turns a
@@ -17,14 +18,17 @@ Nothing here runs or imports anything a file names.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.interchange.predictions import Prediction, PredictionsError
+from agent.util.text import strip_controls
+from agent.errors import BadInput
 
-__all__ = ["ConfigError", "read_configs", "read_run_folder", "task_id", "is_run_folder"]
+__all__ = ["ConfigError", "hard_metrics", "read_configs", "read_run_folder", "task_id", "is_run_folder"]
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _SHORT = re.compile(r"_([0-9a-f]{7,40})$")
@@ -46,7 +50,7 @@ class Shipped:
 SHIPPED = {"205d5cb4": Shipped("sglang-fa-cuda-graph", strip="python/")}
 
 
-class ConfigError(Exception):
+class ConfigError(BadInput):
     """A config file that cannot be read at all: one line."""
 
 
@@ -149,6 +153,37 @@ def agent_result(folder: Path) -> dict:
     return {}
 
 
+# ISO-Bench's own hard metrics of an item, as its evaluator writes them: run_summary.json's `evaluation`, or
+# test_results.json's `result` (the same fields, `error_message` for `error`). Numbers in ms, speedup > 1 is better.
+HARD_NUMBERS = ("baseline_ms", "patched_ms", "speedup")
+_STATUS = re.compile(r"^[A-Za-z0-9_. -]{1,40}$")
+
+
+def hard_metrics(summary: dict, folder: Path) -> dict[str, float | bool | str]:
+    """ISO-Bench's own measurement of the item, when the folder carries one: `status` ("success",
+    "baseline_failed", ...), `baseline_ms`, `patched_ms`, `speedup`, `improvement`, `error`. Untrusted: a field is
+    kept only when it has its type (a finite positive number, a boolean, a short word, an error's first line);
+    {} when there is none."""
+    own = summary.get("evaluation")
+    if not isinstance(own, dict):
+        result = _json(folder / "test_results.json").get("result")
+        own = dict(result, error=result.get("error_message")) if isinstance(result, dict) else {}
+    out: dict[str, float | bool | str] = {}
+    status = own.get("status")
+    if isinstance(status, str) and _STATUS.match(status.strip()):
+        out["status"] = status.strip()
+    for name in HARD_NUMBERS:
+        v = own.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out[name] = float(v)
+    if isinstance(own.get("improvement"), bool):
+        out["improvement"] = own["improvement"]
+    error = own.get("error")
+    if isinstance(error, str) and error.strip():
+        out["error"] = strip_controls(error.strip().splitlines()[0])[:200]
+    return out
+
+
 def strip_prefix(patch: str, prefix: str) -> str:
     """`patch` with `prefix` taken off the paths its file headers name (never a line of a hunk's body)."""
     out, in_hunk = [], False
@@ -210,7 +245,8 @@ def read_run_folder(root: Path, task_ids: Collection[str] | None = None) -> list
             iso_bench={"item": folder.name, "folder": str(folder), "agent": agent, "model": model, "human": human,
                        "pre": str(commits.get("pre") or ""), "status": summary.get("agent", {}).get("status")
                        if isinstance(summary.get("agent"), dict) else journal.get("status"),
-                       "metrics": metrics if isinstance(metrics, dict) else None},
+                       "metrics": metrics if isinstance(metrics, dict) else None,
+                       "hard": hard_metrics(summary, folder)},
             agent_result=agent_result(folder)))
     if not out:
         raise PredictionsError(f"{root}: no ISO-Bench item folder in it (model_patch.diff or prediction.jsonl)")

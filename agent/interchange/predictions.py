@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from agent.task import Task, TaskError, load_task_set
 from agent.util.files import atomic_write
+from agent.errors import BadInput
 
 __all__ = ["GOLD", "Prediction", "PredictionsError", "by_attempt", "gold_predictions", "read_predictions",
            "write_predictions"]
@@ -26,7 +27,7 @@ __all__ = ["GOLD", "Prediction", "PredictionsError", "by_attempt", "gold_predict
 GOLD = "gold"  # `--predictions gold`, as SWE-bench's `--predictions_path gold`: every task's reference patch
 
 
-class PredictionsError(Exception):
+class PredictionsError(BadInput):
     """A predictions file that cannot be read: one line naming the file and the record."""
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from agent.interchange import import_rules
 from agent.env.workspace import PatchError, check_task_base, patch_paths
 from agent.task import TaskError, load_task
+from agent.errors import BadInput
 
 FORMATS = ("gso", "swebench", "iso-bench")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -47,11 +48,11 @@ GSO_METRIC = "gso_time_s"
 RUNNERS = Path(__file__).resolve().parent / "runners"  # the checks' scripts, copied beside each task
 
 
-class RecordsError(Exception):
+class RecordsError(BadInput):
     """The records file cannot be read at all (missing, a malformed line): one line, nothing written."""
 
 
-class RecordError(Exception):
+class RecordError(BadInput):
     """One record that cannot become a task; the message is one line."""
 
 

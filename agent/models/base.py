@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from agent.errors import BadInput
+
 # Retries after the first attempt, for 429 / 5xx / 529 overloaded. The SDKs' default (2)
 # gives up within ~1.5 s; an agent run is long, so wait out a short overload instead.
 DEFAULT_MAX_RETRIES = 5
@@ -93,7 +95,7 @@ class Reply:
     raw: dict  # JSON-serialisable response, for the trajectory
 
 
-class ModelError(Exception):
+class ModelError(BadInput):
     """one-line, user-facing: auth failure, unknown model, API error after retries"""
 
 

@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from .base import Usage
+from agent.errors import BadInput
 
 BUILTIN_PRICES = Path(__file__).with_name("pricing.json")
 PER_TOKENS = Decimal(1_000_000)
@@ -28,7 +29,7 @@ USAGE_FIELDS = {"input": "input_tokens", "output": "output_tokens", "cache_write
 DEFAULT_WEB_SEARCH_PER_1K = Decimal(10)
 
 
-class PricingError(ValueError):
+class PricingError(BadInput, ValueError):
     """A price file that cannot be used; the message names the file and the problem."""
 
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.errors import BadInput
+
 RESULTS, PATCHES = "results", "patches"  # under --out: each holds a folder per run id
 REPORT, TRAJECTORY, CHECKS, JOB_LOG = "report.json", "trajectory.jsonl", "checks.json", "batch.log"
 ARTIFACTS = (REPORT, TRAJECTORY, CHECKS, JOB_LOG)  # any of them makes a folder a job's
@@ -82,7 +84,7 @@ def job_paths(out_dir: Path | str, run_id: str, key: str) -> tuple[Path, Path]:
     return run_folder(out_dir, run_id) / key, Path(out_dir) / PATCHES / run_id / key
 
 
-class JobInUse(Exception):
+class JobInUse(BadInput):
     """Another live process is writing this job's folder."""
 
 

@@ -3,26 +3,24 @@
 The ledger (batch.jsonl) names the jobs when there is one; without it (runs made one by one
 with `perfagent run --job`) every report.json under the run is a job, named by its folder. Each
 job's report.json, the source of truth, is read once (through `read_report`) and so is its
-checks.json; a missing or corrupt report is a job without fresh figures, never an exception.
+checks.json (through `read_checks`); a missing or corrupt report is a job without fresh figures,
+never an exception.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from agent.agents import join_spec
-from agent.checks.evaluation import Evaluation
-from agent.results.layout import CHECKS, REPORT, TRAJECTORY, out_dir_of, split_key
+from agent.results.checks_log import every_grading, read_checks
+from agent.results.layout import REPORT, TRAJECTORY, out_dir_of, split_key
 from agent.results.ledger import Ledger
 from agent.results.plan import Plan, read_plan
 from agent.results.record import JobRecord, figures_from_report
 from agent.results.report import Report, ReportError, read_report
 from agent.results.summary import BatchSummary, summarize
-from agent.util.files import iter_jsonl, read_json
+from agent.util.files import iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -114,32 +112,10 @@ def trajectory_model(job_dir: Path) -> str | None:
 
 
 def commands_seconds(job_dir: Path, report: Report | None) -> float:
-    """Time spent in the target's commands: every grading (checks.json, plus the job's final one,
-    `report`'s, when the runner made it after the loop) and the agent's `run` calls."""
-    entries = read_json(Path(job_dir) / CHECKS)
-    graded = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-    total = sum(_seconds(e.get("evaluation")) for e in graded)
-    final = report.evaluation if report is not None else None
-    if final is not None:
-        bare = final.model_copy(update={"emitted": None, "warnings": []}).model_dump()
-        if not any(e.get("full") and _dump(e.get("evaluation")) == bare for e in graded):
-            total += final.duration_s
+    """Time spent in the target's commands: every grading (checks.json's, and the report's when an older
+    runner made it after the loop: agent.results.checks_log) and the agent's `run` calls."""
+    total = sum(g.evaluation.duration_s for g in every_grading(read_checks(job_dir), report) if g.evaluation)
     for rec in iter_jsonl(Path(job_dir) / TRAJECTORY):
         if rec.get("type") == "tool_result" and rec.get("name") == "run":
             total += float(rec.get("duration_s") or 0)
     return total
-
-
-def _dump(evaluation: Any) -> dict[str, Any] | None:
-    """A logged evaluation in the shape the report's has, to compare the two; None if it is not one."""
-    try:
-        return Evaluation.model_validate(evaluation).model_dump()
-    except ValidationError:
-        return None
-
-
-def _seconds(evaluation: Any) -> float:
-    try:
-        return float((evaluation or {}).get("duration_s") or 0)
-    except (TypeError, ValueError, AttributeError):
-        return 0.0

@@ -4,8 +4,9 @@ batch, the loader, review, HTML and retry logic all go through.
 Its top level is exactly Claude Code's headless JSON result (`type`, `subtype`, `is_error`,
 `duration_ms`, `duration_api_ms`, `num_turns`, `result`, `session_id`, `total_cost_usd`,
 `usage`, `modelUsage`, `permission_denials`, `uuid`), so tooling that reads agent results
-reads ours; perfagent adds one `evaluation` (agent.checks.evaluation.Evaluation), and `left_out` when
-files of the agent's working tree were left out of the change it graded (agent.env.candidate).
+reads ours; perfagent adds one `evaluation` (agent.checks.evaluation.Evaluation), `checks_entry` (which
+grading of checks.json that is), and `left_out` when files of the agent's working tree were left out of the
+change it graded (agent.env.candidate).
 
 Reading is lenient about absent fields (an older or foreign report still loads) and strict
 about types: a value no reader could use makes the whole file corrupt, said in one line.
@@ -25,11 +26,12 @@ from agent.checks.verdicts import Verdict
 from agent.env.candidate import LeftOut
 from agent.models.base import Usage
 from agent.util.seal import write_sealed
+from agent.errors import PerfagentError
 
 CONTEXT_WINDOW = 200_000
 
 
-class ReportError(ValueError):
+class ReportError(PerfagentError, ValueError):
     """report.json is missing or corrupt; the message is the one line a view shows."""
 
 
@@ -115,6 +117,18 @@ class AgentRound(BaseModel):
     note: str = ""  # why the session ended, when not by itself (budget, time, crash)
 
 
+class HarnessRun(BaseModel):
+    """Where a graded patch came from, as that harness's files said it: its name ("iso-bench"), the agent and
+    model it names, the item, and its own hard metrics (ISO-Bench: status, baseline_ms, patched_ms, speedup,
+    improvement, error; validated by the reader, agent.interchange.iso_bench.hard_metrics)."""
+
+    name: str
+    agent: str = ""
+    model: str = ""
+    item: str = ""
+    metrics: dict[str, float | bool | str] = {}
+
+
 class AgentRun(BaseModel):
     """An external agent (Claude Code, Codex, mini-swe-agent) run sealed: its claims beside our evidence.
 
@@ -134,6 +148,9 @@ class AgentRun(BaseModel):
     # an answer still out when the run ended): "<id> (<model>): how it was metered"; their cost is in the total.
     partial: list[str] = []
     files: dict[str, str] = {}  # kept outputs (stdout, result JSON, final diff), relative to the report
+    # A patch another harness made (`check --predictions` of an ISO-Bench run folder): that harness, and what it
+    # says of the patch itself. Never checked here; shown beside our evidence as theirs.
+    harness: HarnessRun | None = None
 
 
 class EditDecision(BaseModel):
@@ -182,6 +199,10 @@ class Report(BaseModel):
     modelUsage: dict[str, ModelUsage] = {}
     permission_denials: list[PermissionDenial] = []
     uuid: str = ""
+    # Which checks.json entry `evaluation` is (its index in the list; agent.results.checks_log), so a reader
+    # matches the two without comparing them; null: it is no grading (nothing was graded). Absent from a
+    # report older than it: checks_log.carried matches those by content.
+    checks_entry: int | None = None
     evaluation: Evaluation | None = None
     agent: AgentRun | None = None  # set for an external agent's run
     policy: PolicyRecord | None = None  # set for an offline policy's run (rules)
@@ -212,9 +233,11 @@ class Report(BaseModel):
         return self.model_dump(mode="json", exclude=self._absent())
 
     def _absent(self) -> set[str] | None:
-        """Our loop's reports keep Claude Code's keys and `evaluation` only: no `"agent": null`, no `"policy": null`,
-        no `"left_out": []`."""
+        """Our loop's reports keep Claude Code's keys, `evaluation` and `checks_entry` only: no `"agent": null`, no
+        `"policy": null`, no `"left_out": []`; an older report rewritten stays without `checks_entry` (null would
+        say it carries no grading)."""
         absent = {k for k in ("agent", "policy") if getattr(self, k) is None}
+        absent |= {"checks_entry"} if "checks_entry" not in self.model_fields_set else set()
         return (absent | ({"left_out"} if not self.left_out else set())
                 | ({"unpriced"} if not self.unpriced else set())) or None
 
@@ -236,7 +259,7 @@ def read_report(path: Path) -> Report:
         raise ReportError("report.json missing")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested past json's reach
         raise ReportError(f"report.json corrupt: {type(e).__name__}: {e}") from None
     return Report.parse(data)
 

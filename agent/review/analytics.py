@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from agent.checks.evaluation import Evaluation
 from agent.review.load import RunView
 from agent.review.rows import printable
+from agent.results.checks_log import every_grading, read_checks
 from agent.results.report import EditDecision
-from agent.util.files import read_json
 
 TIME_PARTS = (("model", "model (API calls)"), ("tests", "tests (plain + poisoned)"), ("perf", "perf sampling"),
               ("lock", "perf lock waits"), ("checks", "other check work (setup, coverage, patching)"),
@@ -35,27 +33,10 @@ class Timeline:
     full: int
 
 
-def checks_log(run: RunView) -> list[tuple[bool, Evaluation]]:
-    """checks.json: every grading made during the run, (full?, evaluation); unreadable entries skipped."""
-    data = read_json(run.dir / "checks.json")
-    out = []
-    for e in data if isinstance(data, list) else []:
-        try:
-            out.append((bool(e.get("full")), Evaluation.model_validate(e.get("evaluation"))))
-        except (ValidationError, AttributeError):
-            continue
-    return out
-
-
 def graded(run: RunView) -> list[tuple[bool, Evaluation]]:
-    """Every grading of the run: checks.json, plus the final one when the runner made it after the loop."""
-    log = checks_log(run)
-    final = run.evaluation
-    if final is not None and final.duration_s > 0:
-        bare = final.model_copy(update={"emitted": None, "warnings": [], "note": None}).model_dump()
-        if not any(full and ev.model_copy(update={"note": None}).model_dump() == bare for full, ev in log):
-            log.append((True, final))
-    return log
+    """Every grading of the run, (full?, evaluation): checks.json's readable ones, and the report's when an older
+    runner made it after the loop (agent.results.checks_log's rule)."""
+    return [(g.full, g.evaluation) for g in every_grading(read_checks(run.dir), run.report) if g.evaluation]
 
 
 def timeline(run: RunView) -> Timeline | None:

@@ -11,6 +11,7 @@ from typing import Any
 from agent.results.summary import TaskRow
 from agent.review.compare import CompareRow, compare_results
 from agent.review.load import ReviewError, Results, RunView
+from agent.review.rejections import rejections
 from agent.review.rows import SortKey, run_outcome, sort_runs
 from agent.review.terminal import select
 
@@ -30,7 +31,8 @@ def review_json(results: Results, *, task: str | None = None, sort: SortKey = "j
     detail = task is not None or len(runs) == 1
     summary = results.summary.model_dump(mode="json", by_alias=True, exclude={"jobs"})
     return {"schema": REVIEW_SCHEMA, "run_id": results.run_id, "run_dir": str(results.run_dir),
-            "is_batch": results.is_batch, "summary": summary, "runs": [run_json(r, detail=detail) for r in runs]}
+            "is_batch": results.is_batch, "summary": summary, "runs": [run_json(r, detail=detail) for r in runs],
+            "rejections": [r.to_json() for r in rejections(runs)]}
 
 
 def run_json(run: RunView, *, detail: bool = False) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from agent.results.tables import sections
 from agent.review.analytics import EditTable, Timeline, edit_table, timeline
 from agent.review.charts import charts, ratio_svg, sample_svg, timeline_svg
 from agent.review.load import PatchFile, Results, RunView
+from agent.review.rejections import rejections
+from agent.review.rejections import table as rejection_table
 from agent.review.rows import (EMPTY_PATCH, ClaimRow, TokenCost, agent_rows, check_rows, claim_rows, contestant,
                                fmt_cost, fmt_speedup, fmt_usd, patch_cut_note, patch_title, plot_title, printable,
                                run_outcome, run_summary, sort_runs, token_costs, verdict_level)
@@ -88,6 +90,15 @@ def summary_sections(summary: BatchSummary, *, is_batch: bool = True) -> list[Se
     # A single run is no batch: its tables say "run".
     return [Section(f"summary-{i}", title if is_batch else re.sub(r"^batch\b", "run", title), tuple(cols), list(rows))
             for i, (title, cols, rows) in enumerate(sections(summary), 1)]
+
+
+def rejection_sections(runs: list[RunView]) -> list[Section]:
+    """Per agent and model of another harness's patches (ISO-Bench's), the terminal's table: [] when there is none."""
+    rows = rejections(runs)
+    if not rows:
+        return []
+    title, columns, cells = rejection_table(rows)
+    return [Section("rejections", title, columns, cells)]
 
 
 @dataclass
@@ -185,7 +196,8 @@ def render_html(results: Results, *, generated: dt.datetime | None = None) -> st
     paths = RunPaths(results.run_dir)
     return env.get_template("report.html.j2").render(
         results=results, summary=results.summary, cards=[run_card(i, r, paths) for i, r in enumerate(runs, 1)],
-        sections=summary_sections(results.summary, is_batch=results.is_batch), charts=charts(results),
+        sections=summary_sections(results.summary, is_batch=results.is_batch) + rejection_sections(runs),
+        charts=charts(results),
         problems=[(r.key, paths.text(r.problem)) for r in runs if r.problem], run_folder=paths.folder,
         pygments_css=Markup(_FORMATTER.get_style_defs(".hl")),
         generated=(generated or dt.datetime.now()).strftime("%Y-%m-%d %H:%M"))

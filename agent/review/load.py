@@ -19,6 +19,7 @@ from agent.results.load import job_identity, load_run, trajectory_model
 from agent.results.record import JobRecord
 from agent.results.report import AgentRun, Report, ReportError, read_report
 from agent.results.summary import BatchSummary
+from agent.errors import BadInput
 
 __all__ = ["ARTIFACTS", "PatchFile", "Results", "ReviewError", "RunView", "load_results"]
 
@@ -27,7 +28,7 @@ SHOWN_BYTES = 256 * 1024
 SHOWN_LINES = 4000  # highlighting is per line: many short lines cost as much as a few long ones
 
 
-class ReviewError(Exception):
+class ReviewError(BadInput):
     """A results folder that cannot be reviewed at all (absent, or holding no runs)."""
 
 

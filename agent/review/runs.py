@@ -14,11 +14,12 @@ from pathlib import Path
 from agent.results.layout import LEDGER, PLAN, RESULTS, job_folders, split_key
 from agent.results.load import load_run
 from agent.util.text import strip_controls
+from agent.errors import BadInput
 
 __all__ = ["RunLine", "RunsError", "find_runs", "list_runs", "render_runs", "runs_json", "runs_text"]
 
 
-class RunsError(Exception):
+class RunsError(BadInput):
     """A folder that is not there: one line for the user."""
 
 

@@ -18,6 +18,8 @@ from agent.checks.render import LEVEL_STYLE, Row, rows_table
 from agent.results.report import Report
 from agent.results.tables import summary_tables
 from agent.review.load import PatchFile, Results, ReviewError, RunView
+from agent.review.rejections import Kind, Rejections, rejections
+from agent.review.rejections import table as rejection_table
 from agent.review.rows import (EMPTY_PATCH, FileStat, SortKey, agent_rows, check_rows, claim_rows, contestant,
                                diff_stat, fmt_cost, fmt_speedup, fmt_usd, patch_cut_note, plot_title, printable,
                                run_outcome, run_summary, sample_plot, screen_rows, sort_runs, summary_head,
@@ -47,6 +49,20 @@ def runs_table(results: Results, runs: list[RunView]) -> FitTable:
         t.add_row(markup_safe(r.key), markup_safe(r.task), markup_safe(contestant(r.model, r.agent)), f"s{r.sample}",
                   _verdict_text(strip_controls(run_outcome(r))), fmt_speedup(r), fmt_cost(r),
                   "-" if r.turns is None else str(r.turns), *map(markup_safe, node))
+    return t
+
+
+def rejections_table(rows: list[Rejections]) -> FitTable:
+    """Per agent and model of another harness's patches: how many the checks rejected with evidence and of which
+    kind, beside that harness's own figures (its hard metrics, the agents' cost as they reported it)."""
+    title, columns, cells = rejection_table(rows)
+    drop = {str(k): 2 for k in Kind} | {"not graded": 5, "self-reported cost": 4, "its own metrics": 3}
+    cols = [Column(c, "left" if i < 2 or c == "its own metrics" else "right", drop=drop.get(c, 0),
+                   long_words=c == "its own metrics", most=0.3 if c == "model" else None)
+            for i, c in enumerate(columns)]
+    t = FitTable(cols, title=markup_safe(title))
+    for row in cells:
+        t.add_row(*map(markup_safe, row))
     return t
 
 
@@ -258,6 +274,9 @@ def render_review(console: Console, results: Results, *, task: str | None = None
     detail = task is not None or len(runs) == 1
     if not detail or len(runs) > 1:
         console.print(runs_table(results, runs))
+    harnessed = rejections(runs)
+    if harnessed:
+        console.print(rejections_table(harnessed))
     for r in runs:
         if r.problem:
             console.print(f"[red]{markup_safe(f'{r.key}: {r.problem}')}[/]", highlight=False)

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from agent.checks.evaluation import Evaluation
 from agent.checks.render import verdict_line
-from agent.results.layout import CHECKS, TRAJECTORY, locate
-from agent.results.load import load_run
-from agent.util.files import iter_jsonl, read_json
+from agent.results.checks_log import carried, read_checks
+from agent.results.layout import REPORT, TRAJECTORY, locate
+from agent.results.load import load_run, report_or_none
+from agent.util.files import iter_jsonl
 from agent.util.text import strip_controls
+from agent.errors import BadInput
 
 __all__ = ["Step", "Turn", "TrajectoryError", "job_folder", "read_turns", "render_turns", "show_trajectory"]
 
@@ -29,7 +28,7 @@ SHORT_LINES = 6  # of a tool's output, without --turn
 LINE_CHARS = 200  # of any one line, without --turn
 
 
-class TrajectoryError(Exception):
+class TrajectoryError(BadInput):
     """No job, several jobs, or no trajectory: one line for the user."""
 
 
@@ -222,21 +221,18 @@ def _text(content: Any) -> str:
 
 
 def _place_gradings(job_dir: Path, turns: list[Turn]) -> None:
-    """Each grading of checks.json in the turn it landed in: the last turn that began before it."""
-    entries = read_json(Path(job_dir) / CHECKS)
-    for n, entry in enumerate(entries if isinstance(entries, list) else [], 1):
-        if not isinstance(entry, dict):
-            continue
-        try:
-            line = verdict_line(Evaluation.model_validate(entry.get("evaluation")))
-        except ValidationError:
-            line = "(unreadable)"
-        what = "final evaluation" if entry.get("full") else "quick check"
-        at = float(entry.get("time") or 0.0)
-        turn = next((t for t in reversed(turns) if t.time <= at), turns[0] if turns else None)
-        step = Step("grading", f"grading #{n} ({what}): {line}")
+    """Each grading of checks.json in the turn it landed in: the last turn that began before it; the one
+    report.json carries says so (agent.results.checks_log's rule)."""
+    gradings = read_checks(job_dir)
+    final = carried(gradings, report_or_none(Path(job_dir) / REPORT))
+    for g in gradings:
+        line = verdict_line(g.evaluation) if g.evaluation is not None else "(unreadable)"
+        what = "final evaluation" if g.full else "quick check"
+        mark = "  (the grading report.json carries)" if final is not None and final.index == g.index else ""
+        turn = next((t for t in reversed(turns) if t.time <= g.time), turns[0] if turns else None)
+        step = Step("grading", f"grading #{(g.index or 0) + 1} ({what}): {line}{mark}")
         if turn is None:
-            turns.append(Turn(1, at, [step]))
+            turns.append(Turn(1, g.time, [step]))
         else:
             turn.steps.append(step)
 

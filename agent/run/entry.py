@@ -3,15 +3,14 @@
 Every name, file and flag is checked (`check_request`) before anything is written and before the
 provider SDKs or the checks are imported, so a mistake is refused in under a second; an API model
 is refused where the sandbox is incomplete (unless allowed); SIGINT/SIGTERM end the run with its
-report, and the exit code says how it ended. `guarded` turns the errors a user can fix into one
-line and exit 2, for every command line and job process alike.
+report, and the exit code says how it ended. `guarded` is the one catch at the top, for every command
+line and job process alike: a `PerfagentError` (agent/errors.py draws them all) is one line and its exit code.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,37 +23,25 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.agents import AGENT_NAMES, EXTERNAL_AGENTS, OWN_AGENT, PREDICTION, AgentError, make_agent, split_spec
-from agent.models.base import ModelError
+from agent.errors import BadInput, PerfagentError
 from agent.options import RunOptions
-from agent.results.layout import RUNNING, JobInUse, claim_job, job_paths, job_running
-from agent.run.names import BadName, check_job, check_run_id
-from agent.task import Task, TaskError, load_task
+from agent.results.layout import RUNNING, claim_job, job_paths, job_running
+from agent.run.names import check_job, check_run_id
+from agent.task import Task, load_task
 from agent.util.text import markup_safe
 
 if TYPE_CHECKING:
     from agent.interchange.predictions import Prediction
     from agent.run.graded import RunResult
 
-EXIT_BAD_INPUT = 2
 # Providers whose models are real, untrusted agents, and the external agents: they run only in a
 # complete sandbox (an external agent's only network is the relay, which needs it too).
 API_PROVIDERS = ("anthropic", "openai", *EXTERNAL_AGENTS)
 Display = Literal["summary", "json", "quiet", "log"]  # log: a line per step on stdout (a batch job's log)
 
 
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
-
-
-# Errors a user can fix that live in modules a refusal must not wait for (git, the checks: a second of
-# imports): named by module, since an error of a module never imported cannot have been raised.
-_HEAVY_USER_ERRORS = (("agent.env.workspace", "WorkspaceError"), ("agent.env.workspace", "PatchError"),
-                      ("agent.checks.verdicts", "CheckError"))
-_TASK_BROKEN = (("agent.checks.sides", "TaskBroken"),)
-
-
-def _one_of(e: BaseException, names: tuple[tuple[str, str], ...]) -> bool:
-    return any(isinstance(e, getattr(sys.modules[m], n)) for m, n in names if m in sys.modules)
+class UserError(BadInput):
+    """A flag or argument the command itself refuses: printed as one line, exit code 2."""
 
 
 class RunRequest(BaseModel):
@@ -73,24 +60,19 @@ class RunRequest(BaseModel):
 
 
 def guarded(call: Callable[[], int]) -> int:
-    """`call()`'s exit code; a user's error is one line and 2, an internal one a line and 1 (never
-    wrapped at the terminal's width: a script reading stderr gets the line whole)."""
-    err = Console(stderr=True, soft_wrap=True)
+    """`call()`'s exit code; an error perfagent raised on purpose is one line and its class's exit code (2 for
+    bad input; agent/errors.py), any other a line and 1 (never wrapped at the terminal's width: a script
+    reading stderr gets the line whole)."""
+    err = Console(stderr=True, soft_wrap=True, emoji=False)
     try:
         return call()
-    except (UserError, BadName, TaskError, ModelError, AgentError) as e:
+    except PerfagentError as e:
         err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
-        return EXIT_BAD_INPUT
+        return e.exit_code
     except KeyboardInterrupt as e:  # an Interrupted (SIGTERM too) that struck outside a run's own handling
         err.print("[red]interrupted[/]")
         return getattr(e, "exit_code", 130)
     except Exception as e:
-        if _one_of(e, _TASK_BROKEN):  # not the input's fault, nor a change's: the task's commands fail on its base
-            err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
-            return 1
-        if _one_of(e, _HEAVY_USER_ERRORS):
-            err.print(f"[red]error:[/] {markup_safe(str(e))}", highlight=False)
-            return EXIT_BAD_INPUT
         if os.environ.get("PERFAGENT_DEBUG"):
             raise
         err.print(f"[red]internal error:[/] {type(e).__name__}: {markup_safe(str(e))} "
@@ -128,19 +110,16 @@ def run_request(request: RunRequest, out: Console, display: Display = "summary")
         agent = make_agent(agent_name, model_spec)
         label = f"{agent.name} · {agent.model}"
         run = partial(run_external, task, agent, rounds=opts.rounds, base_url=opts.base_url, **kwargs)
-    err = Console(stderr=True, soft_wrap=True)  # an error or warning is one line, however long
+    err = Console(stderr=True, soft_wrap=True, emoji=False)  # an error or warning is one line, however long
     folder = job_paths(request.out_dir, kwargs["run_id"], request.job or task.id)[0]
-    try:
-        with claim_job(folder), _signals_interrupt():
-            if display == "log":
-                result = run(on_event=EventLog(lambda line: print(line, flush=True)))
-            elif display != "summary":
-                result = run()
-            else:
-                with RunProgress(err, f"{task.id} · {label}") as progress:
-                    result = run(on_event=progress)
-    except JobInUse as e:
-        raise UserError(str(e)) from None
+    with claim_job(folder), _signals_interrupt():  # a live run's hold (JobInUse) is one line, as any BadInput
+        if display == "log":
+            result = run(on_event=EventLog(lambda line: print(line, flush=True)))
+        elif display != "summary":
+            result = run()
+        else:
+            with RunProgress(err, f"{task.id} · {label}") as progress:
+                result = run(on_event=progress)
     report = result.report
     if display == "json":
         print(report.to_json(), end="")
@@ -206,15 +185,12 @@ def _prediction(request: RunRequest, task_id: str, name: str) -> "Prediction":
     """The prediction a job of `check --predictions` grades: sample k of (task, name) in its run's copy of
     the predictions file."""
     from agent.results.layout import PREDICTIONS, run_folder, split_key
-    from agent.interchange.predictions import PredictionsError, by_attempt, read_predictions
+    from agent.interchange.predictions import by_attempt, read_predictions
 
     if request.run_id is None:
         raise UserError("a prediction is graded inside a run: use perfagent check SET --predictions FILE")
     path = run_folder(request.out_dir, request.run_id) / PREDICTIONS
-    try:
-        attempts = by_attempt(read_predictions([path])).get((task_id, name), [])
-    except PredictionsError as e:
-        raise UserError(str(e)) from None
+    attempts = by_attempt(read_predictions([path])).get((task_id, name), [])
     k = split_key(request.job or task_id).sample
     if k >= len(attempts):
         raise UserError(f"{path}: no prediction {k + 1} of {name!r} for {task_id!r}")

@@ -33,14 +33,14 @@ from agent.env.candidate import Candidate, LeftOut
 from agent.env.sandbox import isolation
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
-from agent.results.layout import ASIDE, CHECKS, EMITTED, REJECTED, REPORT, TRAJECTORY, job_paths
+from agent.results.checks_log import ChecksLog, Grading, checks_file
+from agent.results.layout import ASIDE, EMITTED, REJECTED, REPORT, TRAJECTORY, job_paths
 from agent.results.report import ModelUsage, PermissionDenial, PolicyRecord, Report, TokenUsage, new_report
 from agent.run.exits import RunEnded, TaskUncheckable, as_interrupted
 from agent.run.loop import Outcome, Trajectory
 from agent.run.names import check_job, check_run_id
 from agent.task import Task
 from agent.util.files import atomic_write
-from agent.util.seal import write_sealed_json
 
 OnEvent = Callable[[str, dict], None]
 
@@ -59,7 +59,8 @@ class RunPaths:
         """The outputs of a job (named by results/layout.py); BadName for a run id or job that could lead
         outside `out_dir`."""
         res, patches = job_paths(out_dir, check_run_id(run_id), check_job(job))
-        return cls(res / REPORT, res / TRAJECTORY, res / CHECKS, patches / EMITTED, patches / REJECTED, patches / ASIDE)
+        return cls(res / REPORT, res / TRAJECTORY, checks_file(res), patches / EMITTED, patches / REJECTED,
+                   patches / ASIDE)
 
 
 @dataclass
@@ -73,7 +74,10 @@ class Candidates:
     on_event: OnEvent = lambda kind, data: None
     seen: list[tuple[Candidate, Evaluation, bool]] = field(default_factory=list)  # (candidate, evaluation, full?)
     evidence: list[Evidence] = field(default_factory=list)  # what each of `seen` was graded from
-    log: list[dict[str, Any]] = field(default_factory=list)
+    log: ChecksLog = field(init=False)  # checks.json, one entry per `seen`, in order
+
+    def __post_init__(self) -> None:
+        self.log = ChecksLog(self.checks_file)
 
     def grade(self, cand: Candidate, *, full: bool, perf: bool = True) -> Evaluation:
         diff = cand.diff
@@ -82,10 +86,8 @@ class Candidates:
         ev = grade(evidence, self.checker.task.spec)
         self.seen.append((cand, ev, full))
         self.evidence.append(evidence)
-        self.log.append({"time": time.time(), "full": full, "evaluation": ev.model_dump(mode="json"),
-                         "evidence": evidence.model_dump(mode="json"),
-                         **({"left_out": [x.model_dump() for x in cand.left_out]} if cand.left_out else {})})
-        write_sealed_json(self.checks_file, self.log)  # the whole list, sealed anew: `--regrade` verifies it
+        self.log.append(Grading(time=time.time(), full=full, evaluation=ev, evidence=evidence,
+                                left_out=cand.left_out))
         self.on_event("checked", {"full": full, "n": len(self.seen), "verdict": ev.verdict, "line": verdict_line(ev),
                                   "duration_s": ev.duration_s})
         return ev
@@ -96,6 +98,10 @@ class Candidates:
 
     def full_for(self, diff: str) -> Evaluation | None:
         return next((ev for c, ev, full in reversed(self.seen) if full and c.diff == diff), None)
+
+    def entry_of(self, ev: Evaluation) -> int | None:
+        """The checks.json entry that holds `ev` (this very evaluation); None: it is no grading of this run."""
+        return next((n for n, (_, seen, _) in enumerate(self.seen) if seen is ev), None)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class Emission:
     evaluation: Evaluation
     left_out: list[LeftOut] = field(default_factory=list)
     aside: str = ""
+    entry: int | None = None  # the checks.json entry `evaluation` is (report.json's checks_entry); None: no grading
 
     def write(self, paths: RunPaths) -> None:
         atomic_write(paths.patch, self.patch)
@@ -221,7 +228,7 @@ class GradedRun:
         emission.evaluation = emission.evaluation.model_copy(update={"warnings": self.outcome.warnings})
         report = report_of(self.outcome, session_id=str(uuid.uuid4()), evaluation=emission.evaluation,
                            permission_denials=[], left_out=emission.left_out)
-        return report.model_copy(update=own) if own else report
+        return report.model_copy(update={**own, "checks_entry": emission.entry})
 
 
 class Where(TypedDict, total=False):
@@ -303,7 +310,7 @@ def salvage_emission(candidates: Candidates, signal_name: str) -> Emission:
     cand, ev, full = best
     how = f"{'full' if full else 'quick'} evaluation; interrupted by {signal_name}"
     return Emission(cand.diff, "", ev.model_copy(update={"emitted": f"best passing candidate ({how})"}),
-                    cand.left_out)
+                    cand.left_out, entry=candidates.entry_of(ev))
 
 
 def final_emission(ws: Workspace, candidates: Candidates, outcome: Outcome) -> Emission:
@@ -324,9 +331,10 @@ def final_emission(ws: Workspace, candidates: Candidates, outcome: Outcome) -> E
             outcome.warnings.append(f"final evaluation failed: {type(e).__name__}: {e}")
             ev = nothing_to_grade(Verdict.ERROR, f"{type(e).__name__}: {e}")
     if ev.verdict == Verdict.PASS:
-        return Emission(diff, "", ev.model_copy(update={"emitted": "the agent's final change"}), cand.left_out)
+        return Emission(diff, "", ev.model_copy(update={"emitted": "the agent's final change"}), cand.left_out,
+                        entry=candidates.entry_of(ev))
     passed_before = candidates.best_passing() is not None
     why = "the agent's final change did not pass" + (" (an earlier state did; the agent moved on from it)"
                                                      if passed_before else "")
     return Emission("", diff, ev.model_copy(update={"emitted": f"nothing: {why}; the change is in rejected.diff"}),
-                    cand.left_out)
+                    cand.left_out, entry=candidates.entry_of(ev))

@@ -7,11 +7,13 @@ import re
 import time
 import uuid
 
+from agent.errors import BadInput
+
 # A run id, and each `/`-separated segment of a job name: a plain folder name, never `..` or absolute.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-class BadName(ValueError):
+class BadName(BadInput, ValueError):
     """A run id or job name that is not a plain folder name: one line for the user."""
 
 

@@ -21,7 +21,7 @@ from agent.checks.grade import nothing_to_grade
 from agent.checks.verdicts import Verdict
 from agent.env.workspace import PatchError
 from agent.interchange.predictions import Prediction
-from agent.results.report import AgentRun
+from agent.results.report import AgentRun, HarnessRun
 from agent.run.exits import RunEnded
 from agent.run.graded import Contestant, Emission, GradedRun, RunResult, Where, final_emission, graded_run
 from agent.task import Task
@@ -82,7 +82,7 @@ def agent_run(prediction: Prediction) -> AgentRun:
     """Who made the patch, and what it said of it: an ISO-Bench run folder keeps the agent's own result (its last
     message as the claim, its cost as it reported it, never metered here)."""
     own = (prediction.model_extra or {}).get("agent_result") or {}
-    run = AgentRun(name=PREDICTION, model=prediction.model_name_or_path)
+    run = AgentRun(name=PREDICTION, model=prediction.model_name_or_path, harness=_harness(prediction))
     if not isinstance(own, dict) or not own:
         return run
     cost = own.get("cost_usd")
@@ -90,6 +90,16 @@ def agent_run(prediction: Prediction) -> AgentRun:
         "claim": str(own.get("claim") or ""),
         "own_cost_usd": float(cost) if isinstance(cost, (int, float)) else None,
         "cost_note": f"self-reported by the agent ({own.get('file') or 'its result'}): not metered by perfagent"})
+
+
+def _harness(prediction: Prediction) -> HarnessRun | None:
+    """An ISO-Bench prediction's origin (its agent, model and item) and ISO-Bench's own hard metrics of it."""
+    iso = (prediction.model_extra or {}).get("iso_bench")
+    if not isinstance(iso, dict):
+        return None
+    hard = iso.get("hard") if isinstance(iso.get("hard"), dict) else {}
+    return HarnessRun(name="iso-bench", agent=str(iso.get("agent") or ""), model=str(iso.get("model") or ""),
+                      item=str(iso.get("item") or ""), metrics=hard)
 
 
 def grade_prediction(task: Task, prediction: Prediction, **where: Unpack[Where]) -> RunResult:

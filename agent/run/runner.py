@@ -65,8 +65,9 @@ class OurLoop(Contestant):
         if run.outcome.interrupted is not None:
             return None
         emission = final_emission(ws, run.candidates, run.outcome)
-        record = policy_record(self.model)
-        return emission.kept_aside(task.file) if record is not None and record.speed_unknown else emission
+        # an offline policy emits only what its full evaluation finds faster: whether its quick check said faster or
+        # could not tell, a proven-safe change whose speed the full check leaves open is kept aside, not emitted
+        return emission.kept_aside(task.file) if policy_record(self.model) is not None else emission
 
     def interrupted(self, run: GradedRun) -> None:
         run.trajectory.add("interrupted", turn=run.outcome.num_turns, signal=run.outcome.interrupted)

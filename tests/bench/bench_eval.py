@@ -50,14 +50,32 @@ def grade(task, patch: str, *, quick: bool, reference: bool, warm: bool, again: 
             **phases(ev, wall)}
 
 
+def quick_only(task, patch: str, n: int, *, warm: bool) -> None:
+    """The quick check's seconds, the first and each later one on one checker (as an agent's run pays them)."""
+    with tempfile.TemporaryDirectory() as tmp, Checker(task, Path(tmp), lock_dir=Path(tmp) / "locks", warm=warm) as c:
+        for i in range(n):
+            t = time.monotonic()
+            ev = c.evaluate(patch, quick=True)
+            wall = time.monotonic() - t
+            b = ev.bench_check
+            print(json.dumps({"metric": "eval_quick_s" if i == 0 else "eval_quick_again_s", "value": round(wall, 2),
+                              "unit": "s", "verdict": ev.verdict, "perf_verdict": ev.perf and ev.perf.verdict,
+                              "bench_lines": b and len(b.ran), **phases(ev, wall)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("task", nargs="?", default=str(ROOT / "tasks/cuda-graph-buffers.toml"))
     ap.add_argument("--patch", default=None, help="default: the task's reference patch")
     ap.add_argument("--cold", action="store_true", help="a fresh interpreter for every process")
+    ap.add_argument("--quick-only", type=int, default=0, metavar="N",
+                    help="only the quick check (the agent's check tool), N times on one warm checker")
     args = ap.parse_args()
     task = load_task(args.task)
     patch = Path(args.patch or task.reference_patch).read_text()
+    if args.quick_only:
+        quick_only(task, patch, args.quick_only, warm=not args.cold)
+        return
     rows = [grade(task, patch, quick=False, reference=True, warm=not args.cold),
             grade(task, patch, quick=False, reference=True, warm=not args.cold, again=True),
             grade(task, patch, quick=True, reference=False, warm=not args.cold),

@@ -11,16 +11,17 @@ import pytest
 from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats,
                                      Hygiene, InitcheckResult, OutsideClock, PerfResult, ReadSiteResult,
                                      SanitizerResult, UninitRead)
-from agent.checks.evidence import Evidence, EvidenceError, load_recorded
+from agent.checks.evidence import Evidence, EvidenceError
 from agent.checks.grade import CARRIED, FINAL, RULES, grade, judge_perf
 from agent.checks.integrity import Flag, IntegrityResult
+from agent.results.checks_log import load_recorded
 from agent.task import TaskSpec
 from agent.util.seal import load_key, write_sealed_json
 
 SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD",
                                 "correctness": {"command": "pytest"},
                                 "perf": {"command": "python bench.py", "metric": "ms", "max_speedup": 10}})
-STRENGTH = ["error", "no-change", "rejected", "fail", "unverified", "suspicious"]
+STRENGTH = ["error", "no-change", "rejected", "fail", "unverified", "suspicious", "pass"]  # pass: a word on speed
 
 
 def run(name: str, passed: bool = True, failing: list[str] | None = None) -> CommandRun:
@@ -177,7 +178,7 @@ def test_a_rule_change_regrades_recorded_evidence_without_running_anything(tmp_p
     write_sealed_json(recorded, [{"time": 0, "full": True, "evaluation": grade(e, five_calls).model_dump(mode="json"),
                                   "evidence": e.model_dump(mode="json")}])
     (r,) = load_recorded(tmp_path, load_key())  # 5 x 30 ms claimed; 30 ms seen: every clock rules it out
-    assert r.evaluation["verdict"] == "fail" and r.evaluation["perf"]["verdict"] == "not confirmed"
+    assert r.evaluation.verdict == "fail" and r.evaluation.perf.verdict == "not confirmed"
     again = grade(r.evidence, SPEC)
     assert again.verdict == "pass" and again.perf.verdict == "faster"
 
@@ -325,3 +326,27 @@ def test_without_torch_nothing_is_said_to_be_poisoned():
     assert ev.reasons == ["the bench fails under the harness's instruments (exit code 1), and the unchanged "
                           "base's does not"], ev.reasons
     assert "poisoned" in grade(passing(bench_check=bench), SPEC).reasons[0]  # torch, or not probed: as before
+
+
+UNBENCHED = BenchCheck(run=run("bench"), ran=[], ran_whole=True)  # signed line records: no changed line ran
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_faster_is_never_said_of_a_change_the_bench_never_ran(quick):
+    """Issue 47: a quick check called "faster 2.74x" a change the bench never executes. The bench's own
+    line records (every process signed) say the changed lines did not run there: the speed is not confirmed,
+    the reason names the lines, and the change does not fail for that alone."""
+    ev = grade(passing(quick=quick, bench_check=UNBENCHED), SPEC)
+    assert ev.verdict == "pass" and ev.perf.verdict == "not confirmed", (ev.verdict, ev.perf.verdict, ev.reasons)
+    assert "the bench never ran the changed lines: m.py:3" in " ".join(ev.reasons), ev.reasons
+    # the bench ran one of them, or its records are not whole, or a changed file the recorder cannot see:
+    # the metric's word stands
+    ran = UNBENCHED.model_copy(update={"ran": ["m.py:3"]})
+    torn = UNBENCHED.model_copy(update={"ran_whole": False})
+    for e in (passing(bench_check=ran), passing(bench_check=torn),
+              passing(bench_check=UNBENCHED, changed_lines={"m.py": [3], "k.c": [1]})):
+        assert grade(e, SPEC).perf.verdict == "faster"
+    # a failing change fails for its own reasons, with no word on the speed
+    failed = grade(passing(bench_check=UNBENCHED, correctness=Correctness(plain=run("plain", False, ["t::a"]),
+                                                                          poison=run("poison"))), SPEC)
+    assert failed.verdict == "fail" and not any("never ran" in r for r in failed.reasons)

@@ -172,8 +172,8 @@ REAL = Path(__file__).resolve().parents[2] / "tasks" / "real"
 
 
 def test_the_seeds_instance_names_the_shipped_task_with_its_paths_mapped_onto_its_tree():
-    """The run folder has no run_summary.json: the instance comes from the folder name (sglang_008_205d5cb4, so
-    ISO-Bench's config sglang_core), and the set's shipped task answers for it."""
+    """The instance is ISO-Bench's sglang_core-205d5cb4 (run_summary.json's task id and human commit, as the folder
+    name sglang_008_205d5cb4 says too), and the set's shipped task answers for it."""
     (own,) = read_run_folder(SEED)
     assert own.instance_id == "sglang_core-205d5cb4"
     assert own.model_name_or_path == "claude_code:gpt-5-2025-08-07", "the model prediction.jsonl names"
@@ -208,3 +208,11 @@ def test_the_seeds_stored_run_graded_on_a_cpu_fails_naming_the_buffers_beside_th
     agent = report["agent"]
     assert "No risk of uninitialized memory access" in agent["claim"]
     assert agent["own_cost_usd"] == pytest.approx(0.90378725) and "self-reported" in agent["cost_note"]
+    # the report an ISO-Bench user recognises (issue 47, item 4): the agent/model's row, 1 rejected, of the kind
+    # uninitialised read, beside the agent's self-reported cost and ISO-Bench's own verdict (run_summary.json)
+    shown = subprocess.run([sys.executable, "-m", "agent", "review", "results/seed"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "240"})
+    row = next((ln for ln in shown.stdout.splitlines() if ln.startswith("│ claude_code ")), shown.stdout)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[1:5] == ["gpt-5-2025-08-07", "1", "1", "1"], row  # graded, rejected, of them uninitialised read
+    assert "$0.9038 (self-reported)" in row and "baseline_failed 1, No module named 'IPython'" in row, row

@@ -38,7 +38,8 @@ MARKS = {name: f"REDTEAM-{name.upper()}-{uuid.uuid4().hex[:8]}" for name in
          ("task", "reference", "results", "checkout", "outside", "tmpdir")}
 
 
-SOURCE = (AGENT_ROOT / "agent" / "cli.py").read_text().splitlines()[0]  # what `head` of it would show
+SOURCE_FILE = AGENT_ROOT / "agent" / "cli" / "__init__.py"
+SOURCE = SOURCE_FILE.read_text().splitlines()[0]  # what `head` of it would show
 
 
 def plant(lab) -> dict[str, Path]:
@@ -61,7 +62,7 @@ def plant(lab) -> dict[str, Path]:
 def readers(places: dict[str, Path], lab) -> str:
     """Shell: print every planted file, perfagent's own source, and what lies in perfagent's TMPDIR."""
     cats = "; ".join(f"cat {p} 2>&1" for p in places.values())
-    return f"{cats}; head -c 300 {AGENT_ROOT}/agent/cli.py 2>&1; ls -R {lab.tmp} 2>&1 | head -50 | sed 's/^/LS /'"
+    return f"{cats}; head -c 300 {SOURCE_FILE} 2>&1; ls -R {lab.tmp} 2>&1 | head -50 | sed 's/^/LS /'"
 
 
 @pytest.mark.slow(seconds=20)

@@ -14,7 +14,8 @@ from agent.results.tables import summary_markdown
 
 def test_commands_time_counts_each_grading_once(tmp_path):
     graded = {"verdict": "pass", "duration_s": 5.0}
-    (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": {"duration_s": 2.0}},
+    quick = {"verdict": "fail", "duration_s": 2.0}
+    (tmp_path / "checks.json").write_text(json.dumps([{"full": False, "evaluation": quick},
                                                       {"full": True, "evaluation": graded}]))
     run = {"type": "tool_result", "name": "run", "duration_s": 1.5}
     (tmp_path / "trajectory.jsonl").write_text(json.dumps(run) + "\n")

@@ -71,6 +71,20 @@ def test_an_interrupt_salvages_the_best_passing_candidate_grading_nothing_new(tm
     assert not contestant.work.exists() and not result.paths.trajectory.exists()  # it kept none
 
 
+def test_report_json_names_the_grading_it_carries(tmp_path):
+    """checks.json's entry the report's evaluation is: the final full one, a salvaged quick one, or none."""
+    from agent.results.checks_log import carried, read_checks
+    from agent.results.report import read_report
+
+    for then, entry in ((None, 1), (Interrupted("SIGTERM"), 0)):
+        result, _ = graded(tmp_path / str(entry), Editor(then=then))
+        assert json.loads(result.paths.report.read_text())["checks_entry"] == entry
+        gradings = read_checks(result.paths.checks.parent)
+        assert carried(gradings, read_report(result.paths.report)) is gradings[entry]
+    result, _ = graded(tmp_path / "broken", Editor(), BrokenBase)
+    assert json.loads(result.paths.report.read_text())["checks_entry"] is None
+
+
 def test_a_task_broken_on_its_base_gets_no_contestant(tmp_path):
     result, checker = graded(tmp_path, contestant := Editor(), BrokenBase)
     assert not contestant.played and checker.patches == [] and contestant.closed

@@ -13,6 +13,7 @@ import pytest
 from fakeserver import auth_error, reply, tool_call
 from helpers import SAFE, UNSAFE, RecordedChecker, make_task, make_tiny_task, tiny_evidence
 
+from agent.checks.evaluation import OutsideClock, PerfResult
 from agent.env.workspace import patch_paths
 from agent.models.base import Reply, ToolCall, Usage
 from agent.models.pricing import load_prices
@@ -247,3 +248,34 @@ def test_an_earlier_passing_state_is_not_emitted_in_place_of_the_final_one(tmp_p
     ev = result.report.evaluation
     assert ev.verdict == "fail" and "an earlier state did" in ev.emitted
     assert result.report.duration_ms >= 1000 * sum(c["evaluation"]["duration_s"] or 0 for c in checks) * 0.99
+
+
+class QuickFasterFullOpen(RecordedChecker):
+    """tiny_evidence, with speed: a quick check's clocks see the saving, the full check's cannot tell it from none."""
+
+    def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False):
+        ev = super().collect(patch, quick=quick, perf=perf, reference=reference)
+        if not perf or not patch.strip():
+            return ev
+        spread = 0.0001 if quick else 0.05
+        outside = OutsideClock(baseline_wall_s=[1.03 + spread * (i - 3.5) for i in range(8)],
+                               candidate_wall_s=[1.0] * 8)
+        return ev.model_copy(update={"perf": PerfResult(metric="spin_ms", direction="lower", unit="ms", ratio=0.001,
+                                                        verdict="faster", baseline_median=30.0, candidate_median=0.03,
+                                                        outside=outside)})
+
+
+def test_the_rules_policy_keeps_aside_a_change_its_full_check_cannot_call_faster(tmp_path):
+    """The quick check said faster, the full check could not tell: what `rules` emits is what its full
+    evaluation finds faster, so the proven-safe change is kept aside, not emitted as a finding."""
+    task, _ = make_task(tmp_path)
+    result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r", prices=load_prices(),
+                      lock_dir=tmp_path / "locks", checker=QuickFasterFullOpen(task, tiny_evidence))
+    checks = json.loads(result.paths.checks.read_text())
+    assert [c["evaluation"]["perf"]["verdict"] for c in checks if c["evaluation"].get("perf")][-2:] == [
+        "faster", "not confirmed"], checks
+    ev = result.report.evaluation
+    assert ev is not None and ev.verdict == "no-change" and "speed not established" in ev.note, ev
+    assert result.paths.patch.read_text() == ""
+    assert "+    buf = torch.empty(src.shape" in result.paths.aside.read_text()
+    assert "faster in a quick check" in result.report.result
