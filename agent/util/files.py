@@ -53,10 +53,11 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    """The parsed file, or None when it is missing or not JSON (the caller decides what that means)."""
+    """The parsed file, or None when it is missing or not JSON (the caller decides what that means); a file made
+    elsewhere nested too deep to parse is not JSON to us either."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

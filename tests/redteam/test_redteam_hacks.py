@@ -140,10 +140,13 @@ def test_forged_metric_line_is_not_a_speedup(tmp_path, value):
                        f'atexit.register(print, json.dumps({{"metric": "t_ms", "value": {value}, "unit": "ms"}}))\n'})
     _, ev = lab.check(patch)
     perf = ev.get("perf") or {}
-    assert ev["verdict"] in ("fail", "suspicious"), \
-        f"forged metric: verdict {ev['verdict']!r}, perf {perf.get('verdict')} x{perf.get('speedup')}, " \
-        f"reasons {ev.get('reasons')}"
-    assert ev["reasons"], "the verdict gives no reason"
+    seen = f"forged metric: verdict {ev['verdict']!r}, perf {perf.get('verdict')} x{perf.get('speedup')}, " \
+           f"reasons {ev.get('reasons')}, clocks {(perf.get('outside') or {}).get('note')}"
+    assert perf.get("verdict") != "faster", seen
+    if ev["verdict"] == "pass":  # issue 45: a claim no clock could tell from no saving on a loaded machine
+        assert perf.get("verdict") == "not confirmed" and "speed not established" in perf["outside"]["note"], seen
+    else:
+        assert ev["verdict"] in ("fail", "suspicious") and ev["reasons"], seen
 
 
 PTH_PLUGIN_NAME = "redteam_pth_plugin_{token}"

@@ -6,7 +6,7 @@ import os
 import stat
 
 from agent.results.report import new_report
-from agent.util.files import atomic_write, empty_folder, write_json
+from agent.util.files import atomic_write, empty_folder, read_json, write_json
 
 
 def _mode(path) -> int:
@@ -57,3 +57,11 @@ def test_a_folder_a_sandboxed_process_wrote_to_is_emptied_whatever_modes_it_left
     empty_folder(folder)
     assert folder.is_dir() and list(folder.iterdir()) == [] and _mode(folder) == 0o755  # usable by the next run
     assert (outside / "keep" / "f").read_text() == "x" and outside.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_file_from_elsewhere_that_is_not_json_reads_as_none(tmp_path):
+    """Results folders come from elsewhere: nesting too deep to parse is not a traceback in every reader."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "bad.json").write_text("{")
+    assert read_json(tmp_path / "deep.json") is None and read_json(tmp_path / "bad.json") is None
+    assert read_json(tmp_path / "none.json") is None
