@@ -10,8 +10,8 @@ from pathlib import Path
 
 # The suite's perf measurements take device locks of their own, never the user-wide ones in
 # ~/.cache/perfagent/locks: a test run neither waits behind nor holds up another process's
-# measurement. Set before anything imports agent.checks.lock (its default reads this once);
-# job processes and CLI subprocesses inherit it.
+# measurement. agent.checks.lock reads it whenever a lock is taken; job processes and CLI
+# subprocesses inherit it.
 if not os.environ.get("PERFAGENT_LOCK_DIR"):
     os.environ["PERFAGENT_LOCK_DIR"] = tempfile.mkdtemp(prefix="perfagent-test-locks-")
     atexit.register(shutil.rmtree, os.environ["PERFAGENT_LOCK_DIR"], True)

@@ -13,7 +13,6 @@ from agent.checks.collect import Measuring, collect
 from agent.checks.evaluation import Evaluation
 from agent.checks.evidence import Evidence
 from agent.checks.grade import grade
-from agent.checks.lock import DEFAULT_LOCK_DIR
 from agent.checks.perf import FULL, QUICK, SamplingPolicy
 from agent.checks.sides import Sides
 from agent.task import Task
@@ -25,7 +24,7 @@ class Checker:
                  full: SamplingPolicy = FULL, quick: SamplingPolicy = QUICK, warm: bool = True):
         self.task = task
         self.sides = Sides(task, Path(workdir), log=log or (lambda _: None), warm=warm)
-        self.measuring = Measuring(lock_dir or DEFAULT_LOCK_DIR, seed, full, quick)
+        self.measuring = Measuring(lock_dir, seed, full, quick)
 
     def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evidence:
         """What the checks find on `patch` (a unified diff against base). Raises PatchError if it does not apply,

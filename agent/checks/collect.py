@@ -27,7 +27,7 @@ from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, DiffSt
 from agent.checks.evidence import Evidence
 from agent.checks.grade import decided, judge_perf, judge_reference
 from agent.checks.integrity import check_integrity, is_test_path
-from agent.checks.lock import DEFAULT_LOCK_DIR, device_lock
+from agent.checks.lock import device_lock
 from agent.checks.patchinfo import FileLines, added_lines, changes_anything, hygiene_problems, unreadable
 from agent.checks.perf import FULL, QUICK, Bench, BenchError, SamplingPolicy
 from agent.checks.records import new_key
@@ -46,7 +46,7 @@ FIRST_CALL = SamplingPolicy(min_pairs=4, max_pairs=8)
 class Measuring:
     """How the A/B samples are taken: the device lock's folder, the seed, the two sampling policies."""
 
-    lock_dir: Path = DEFAULT_LOCK_DIR
+    lock_dir: Path | None = None  # None: agent.checks.lock.default_lock_dir(), when the lock is taken
     seed: int | None = None
     full: SamplingPolicy = FULL
     quick: SamplingPolicy = QUICK
@@ -306,7 +306,8 @@ def _bench(sides: Sides, bench_sides: dict[str, Path], spec: PerfSpec | None = N
     spec = spec or sides.task.spec.perf
     assert spec is not None
     return Bench(spec, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
-                 read=sides.task.read, warm=sides.warm, hook=clocks.install(sides.workdir / "bench-hook"))
+                 sandbox=sides.sandbox, runner=sides.runner, warm=sides.warm,
+                 hook=clocks.install(sides.workdir / "bench-hook"))
 
 
 def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, *, quick: bool,

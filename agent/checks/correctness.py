@@ -50,11 +50,11 @@ def pytest_env(plugins: Iterable[str] = ()) -> dict[str, str]:
 
 
 def check_env(root: Path, hook_dir: Path, *, poison: bool = False, bin_dir: Path | None = None,
-              read: tuple[Path, ...] = (), plugins: Iterable[str] = ()) -> dict[str, str]:
+              plugins: Iterable[str] = ()) -> dict[str, str]:
     extra = {"PYTHONPATH": f"{hook_dir}:{root}", **pytest_env(plugins)}
     if poison:
         extra |= POISON_ENV
-    return base_env(extra, bin_dir=bin_dir, read=read)
+    return base_env(extra, bin_dir=bin_dir)
 
 
 def failing_tests(output: str) -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from agent.checks.evaluation import Environment
 from agent.env.gpu import first_visible
-from agent.env.sandbox import ResourceLimits, base_env, isolation, run_command
+from agent.env.runners import SANDBOXED, CommandRunner
+from agent.env.sandbox import ResourceLimits, SandboxSpec, base_env, isolation
 
 PROBE = Path(__file__).with_name("env_probe.py")  # run from its text: see there why
 
@@ -70,10 +71,11 @@ def device_name(gpu: str | None) -> str:
     return f"cuda:{visible or '0'}"
 
 
-def probe(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> Environment:
-    """Run once per checker, in the baseline workspace, with the task's interpreter."""
-    res = run_command(f"python -c {shlex.quote(PROBE.read_text(encoding='utf-8'))}", root, timeout_s=120,
-                      env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir, read=read))
+def probe(root: Path, bin_dir: Path | None = None, sandbox: SandboxSpec = SandboxSpec(),
+          runner: CommandRunner = SANDBOXED) -> Environment:
+    """Run once per checker, in the baseline workspace, with the task's interpreter, in its sandbox."""
+    res = runner.run(f"python -c {shlex.quote(PROBE.read_text(encoding='utf-8'))}", root, sandbox=sandbox,
+                     timeout_s=120, env=base_env({"PYTHONPATH": str(root)}, bin_dir=bin_dir))
     info: dict = {}
     for line in res.output.splitlines():
         if line.startswith("PERFAGENT_ENV "):

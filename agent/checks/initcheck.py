@@ -25,7 +25,7 @@ from typing import Callable
 
 from agent.checks.correctness import POISON_ENV, to_run
 from agent.checks.evaluation import CommandRun, DeviceRead, InitcheckResult
-from agent.env.sandbox import run_command
+from agent.env.sandbox import SandboxSpec, run_command
 from agent.util.text import tail
 
 TOOL = "compute-sanitizer"
@@ -160,17 +160,19 @@ def report(output: str, cut_bytes: int = 0) -> Findings:
                     f"or the run ended first; output: {tail(output, 600)}")
 
 
-def run(tool: Path, root: Path, wrapped: str, env: dict[str, str], timeout_s: float) -> tuple[CommandRun, Findings]:
-    """`wrapped` in `root` under initcheck, sandboxed; never poisoned (poison writes the memory, and
-    initcheck would see it initialised)."""
+def run(tool: Path, root: Path, wrapped: str, env: dict[str, str], timeout_s: float,
+        sandbox: SandboxSpec = SandboxSpec()) -> tuple[CommandRun, Findings]:
+    """`wrapped` in `root` under initcheck, sandboxed (as `sandbox` says: the task's); never poisoned
+    (poison writes the memory, and initcheck would see it initialised)."""
     env = {k: v for k, v in env.items() if k not in POISON_ENV} | ENV
-    res = run_command(command(tool, wrapped), root, timeout_s=timeout_s, env=env, max_output=MAX_OUTPUT)
+    res = run_command(command(tool, wrapped), root, sandbox=sandbox, timeout_s=timeout_s, env=env,
+                      max_output=MAX_OUTPUT)
     return to_run("initcheck", res), report(res.output, res.cut_bytes)
 
 
-def version(tool: Path, root: Path, env: dict[str, str]) -> str:
+def version(tool: Path, root: Path, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec()) -> str:
     """'NVIDIA (R) Compute Sanitizer, Version 2024.1.1 (...) at /usr/local/cuda/bin/compute-sanitizer'."""
-    res = run_command(f"{shlex.quote(str(tool))} --version", root, timeout_s=60, env=env)
+    res = run_command(f"{shlex.quote(str(tool))} --version", root, sandbox=sandbox, timeout_s=60, env=env)
     lines = [ln.strip() for ln in res.output.splitlines() if ln.strip()] if res.ok else []
     named = list(dict.fromkeys(lines[:1] + [ln for ln in lines if ln.startswith("Version")]))
     return f"{', '.join(named) or TOOL} at {tool}"
@@ -199,8 +201,10 @@ class Initcheck:
     """One checker's initcheck runs: the tool found once; the baseline run once, and only when a
     candidate reports reads (until then there is nothing to tell apart, and the tool is slow)."""
 
-    def __init__(self, wrapped: str, timeout_s: float, log: Callable[[str], None]):
+    def __init__(self, wrapped: str, timeout_s: float, log: Callable[[str], None],
+                 sandbox: SandboxSpec = SandboxSpec()):
         self.wrapped, self.timeout_s, self.log = wrapped, timeout_s, log
+        self.sandbox = sandbox  # the task's (SandboxSpec.for_task)
         self._base: tuple[Findings, float] | None = None
         self._tool: str | None = None
 
@@ -212,12 +216,12 @@ class Initcheck:
         if tool is None:
             return InitcheckResult(measured=False, note=f"{TOOL} not found (looked on {', '.join(looked)})")
         if self._tool is None:
-            self._tool = version(tool, cand, cand_env)
+            self._tool = version(tool, cand, cand_env, self.sandbox)
         self.log(f"tests under {TOOL} initcheck: {self.wrapped}")
-        cand_run, found = run(tool, cand, self.wrapped, cand_env, self.timeout_s)
+        cand_run, found = run(tool, cand, self.wrapped, cand_env, self.timeout_s, self.sandbox)
         if found.measured and found.reads and self._base is None:
             self.log(f"the baseline under {TOOL} initcheck, to tell the patch's reads from the base's")
-            base_run, base_found = run(tool, base, self.wrapped, env(base), self.timeout_s)
+            base_run, base_found = run(tool, base, self.wrapped, env(base), self.timeout_s, self.sandbox)
             self._base = (base_found, base_run.duration_s)
         base_found, base_s = self._base if self._base is not None and found.reads else (None, None)
         return judge(found, base_found, run=cand_run, tool=self._tool,

@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from agent.env.sandbox import CommandResult, run_command, scratch_places
+from agent.env.runners import SANDBOXED, CommandRunner
+from agent.env.sandbox import CommandResult, SandboxSpec, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python, torch_preload
 
 
@@ -29,10 +30,12 @@ class Launcher:
     that could not be wiped is closed and replaced by a fresh one.
     """
 
-    def __init__(self, root: Path, env: dict[str, str], *, warm: bool = True,
-                 log: Callable[[str], None] = lambda _: None):
+    def __init__(self, root: Path, env: dict[str, str], *, sandbox: SandboxSpec = SandboxSpec(),
+                 runner: CommandRunner = SANDBOXED, warm: bool = True, log: Callable[[str], None] = lambda _: None):
         self.root = Path(root)
         self.env = env  # every process's; a run's own changes (poison, coverage) go on top
+        self.sandbox = sandbox  # the task's (agent.env.sandbox.SandboxSpec.for_task); a run's folders go on top
+        self.runner = runner  # every cold process's (agent.env.runners)
         self.warm = warm and WarmPython.available()
         self.log = log
         self._servers: dict[tuple, WarmPython | None] = {}
@@ -54,8 +57,8 @@ class Launcher:
                 self._started = True
                 try:
                     self._servers[key] = self._spawner.submit(
-                        WarmPython, interpreter, self.root, env=self.env, writable=writable, preload=preload,
-                        wipe=scratch_places()).result()
+                        WarmPython, interpreter, self.root, env=self.env, sandbox=self.sandbox.with_(writable=writable),
+                        preload=preload, wipe=scratch_places()).result()
                 except OSError as e:
                     self.log(f"no warm interpreter ({e}); starting each process cold")
                     self._servers[key] = None
@@ -91,14 +94,15 @@ class Launcher:
                         res = replace(res, escaped="processes it left could not be ended: the warm server's "
                                                    "cgroup did not empty")
                 return res
+        sandbox = self.sandbox.with_(writable=writable)
         if key is None:
-            return run_command(command, self.root, timeout_s=timeout_s, env={**self.env, **(env or {})},
-                               writable=writable)
+            return self.runner.run(command, self.root, sandbox=sandbox, timeout_s=timeout_s,
+                                   env={**self.env, **(env or {})})
         fd = os.memfd_create("perfagent-key", 0)  # inheritable: the command's processes read it, at offset 0
         try:
             os.write(fd, key.encode())
-            return run_command(command, self.root, timeout_s=timeout_s, writable=writable, pass_fds=(fd,),
-                               env={**self.env, **(env or {}), "PERFAGENT_KEY_FD": str(fd)})
+            return self.runner.run(command, self.root, sandbox=sandbox, timeout_s=timeout_s, pass_fds=(fd,),
+                                   env={**self.env, **(env or {}), "PERFAGENT_KEY_FD": str(fd)})
         finally:
             os.close(fd)
 

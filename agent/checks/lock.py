@@ -16,9 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-# PERFAGENT_LOCK_DIR moves the locks (the test suite points it at a folder of its own, so it never
-# waits behind, or holds up, measurements of other processes on the machine).
-DEFAULT_LOCK_DIR = Path(os.environ.get("PERFAGENT_LOCK_DIR") or "~/.cache/perfagent/locks")
+
+def default_lock_dir() -> Path:
+    """Where the locks are when no one names a folder: PERFAGENT_LOCK_DIR (the test suite points it at
+    a folder of its own, so it never waits behind, or holds up, measurements of other processes on the
+    machine), else ~/.cache/perfagent/locks. Read when a lock is wanted, never at import."""
+    return Path(os.environ.get("PERFAGENT_LOCK_DIR") or "~/.cache/perfagent/locks")
 
 
 def lock_path(lock_dir: Path, device: str) -> Path:
@@ -26,11 +29,12 @@ def lock_path(lock_dir: Path, device: str) -> Path:
 
 
 @contextmanager
-def device_lock(device: str, lock_dir: Path = DEFAULT_LOCK_DIR, log: Callable[[str], None] = lambda _: None,
+def device_lock(device: str, lock_dir: Path | None = None, log: Callable[[str], None] = lambda _: None,
                 tick_s: float = 15.0) -> Iterator[Path]:
-    """Hold the lock for `device` ("cpu", "cuda:0") for the duration of the block; while waiting for
-    it, say so every `tick_s`, with how long so far and who holds it now."""
-    path = lock_path(lock_dir, device)
+    """Hold the lock for `device` ("cpu", "cuda:0") for the duration of the block (in `lock_dir`, else
+    `default_lock_dir()`); while waiting for it, say so every `tick_s`, with how long so far and who
+    holds it now."""
+    path = lock_path(lock_dir or default_lock_dir(), device)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         start = time.monotonic()

@@ -22,7 +22,7 @@ import random
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple, NoReturn
 
@@ -33,7 +33,8 @@ from agent.checks.correctness import pytest_env
 from agent.checks.records import new_key
 from agent.checks.verdicts import CheckError
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
-from agent.env.sandbox import CommandResult, base_env, real_paths, run_command, scratch_places
+from agent.env.runners import SANDBOXED, CommandRunner
+from agent.env.sandbox import CommandResult, SandboxSpec, base_env, real_paths, scratch_places
 from agent.env.warm import WarmError, WarmPython, parse_python, torch_preload
 from agent.task import PerfSpec
 from agent.util.text import tail
@@ -149,26 +150,26 @@ def parse_metric(output: str, metric: str) -> Reading:
                    lines=len(found))
 
 
-def perf_env(root: Path, bin_dir: Path | None = None, read: tuple[Path, ...] = ()) -> dict[str, str]:
-    return base_env({"PYTHONPATH": str(root), **pytest_env()}, bin_dir=bin_dir, read=read)
+def perf_env(root: Path, bin_dir: Path | None = None) -> dict[str, str]:
+    return base_env({"PYTHONPATH": str(root), **pytest_env()}, bin_dir=bin_dir)
 
 
 def run_bench(side: str, root: Path, spec: PerfSpec, bin_dir: Path | None = None,
-              read: tuple[Path, ...] = ()) -> Reading:
-    """One bench process, started from scratch in its own sandbox."""
-    res = run_command(spec.command, root, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir, read),
-                      account_cpu=True)
+              sandbox: SandboxSpec = SandboxSpec(), runner: CommandRunner = SANDBOXED) -> Reading:
+    """One bench process, started from scratch in its own sandbox (the task's: `sandbox`)."""
+    res = runner.run(spec.command, root, sandbox=sandbox, timeout_s=spec.timeout_s, env=perf_env(root, bin_dir),
+                     account_cpu=True)
     return _metric(side, res, spec)
 
 
 def run_guarded(root: Path, spec: PerfSpec, hook: Path, key: str, bin_dir: Path | None = None,
-                read: tuple[Path, ...] = ()) -> CommandResult:
+                sandbox: SandboxSpec = SandboxSpec(), runner: CommandRunner = SANDBOXED) -> CommandResult:
     """One bench process from scratch with our hook first on PYTHONPATH and the clock guard on
     (agent.checks.clocks), its key on a descriptor of its own."""
     with clocks.KeyFile(key) as k:
-        env = {**perf_env(root, bin_dir, read), "PYTHONPATH": f"{hook}:{root}", **k.env}
-        return run_command(spec.command, root, timeout_s=spec.timeout_s, env=env, account_cpu=True,
-                           pass_fds=k.fds)
+        env = {**perf_env(root, bin_dir), "PYTHONPATH": f"{hook}:{root}", **k.env}
+        return runner.run(spec.command, root, sandbox=sandbox, timeout_s=spec.timeout_s, env=env, account_cpu=True,
+                          pass_fds=k.fds)
 
 
 def _swept(side: str, res: CommandResult) -> None:
@@ -210,8 +211,10 @@ class Bench:
     """
 
     def __init__(self, spec: PerfSpec, sides: dict[str, Path], scratch: Path, *, bin_dir: Path | None = None,
-                 read: tuple[Path, ...] = (), warm: bool = True, hook: Path | None = None):
-        self.bin_dir, self.read = bin_dir, read
+                 sandbox: SandboxSpec = SandboxSpec(), runner: CommandRunner = SANDBOXED, warm: bool = True,
+                 hook: Path | None = None):
+        # `sandbox`: the task's (SandboxSpec.for_task); `runner`: how a fresh process runs (agent.env.runners)
+        self.bin_dir, self.sandbox, self.runner = bin_dir, sandbox, runner
         # `hook`: our hook's folder (agent.checks.clocks.install): every process then runs the clock guard
         self.hook, self.clocks = hook, clocks.ClockCheck()
         # where the warm server's sandbox shows each side's checkout: same length for every side
@@ -224,8 +227,9 @@ class Bench:
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
             served = {**pytest_env(), **({"PYTHONPATH": str(hook)} if hook else {})}
-            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(served, bin_dir=bin_dir, read=read),
-                                     readable=tuple(zip(real_paths(tuple(sides.values())), self.inside.values())),
+            shown = tuple(zip(real_paths(tuple(sides.values())), self.inside.values()))
+            self.server = WarmPython(cmd.interpreter, scratch, env=base_env(served, bin_dir=bin_dir),
+                                     sandbox=replace(sandbox, readable=(*sandbox.readable, *shown)),
                                      wipe=(*scratch_places(), str(scratch)),
                                      preload=torch_preload(*sides.values()))
 
@@ -251,17 +255,20 @@ class Bench:
         except BenchError as e:
             if res.timed_out:
                 raise
-            run_bench(side, root, spec, self.bin_dir, self.read)  # raises if it fails from scratch as well
+            self._run_bench(side, root, spec)  # raises if it fails from scratch as well
             self._cold(f"the {side} bench fails forked ({tail(str(e), 300)}) but not from scratch")
 
     def _fresh(self, side: str, root: Path, spec: PerfSpec) -> Reading:
         if self.hook is None:
-            return run_bench(side, root, spec, self.bin_dir, self.read)
+            return self._run_bench(side, root, spec)
         key = new_key()
-        res = run_guarded(root, spec, self.hook, key, self.bin_dir, self.read)
+        res = run_guarded(root, spec, self.hook, key, self.bin_dir, self.sandbox, self.runner)
         reading = _metric(side, res, spec)
         self.clocks.add(side, clocks.read(res.output, key))
         return reading
+
+    def _run_bench(self, side: str, root: Path, spec: PerfSpec) -> Reading:
+        return run_bench(side, root, spec, self.bin_dir, self.sandbox, self.runner)
 
     def _cold(self, why: str) -> NoReturn:
         self.close()

@@ -30,7 +30,7 @@ from agent.checks.correctness import POISON_ENV, to_run
 from agent.checks.evaluation import CommandRun
 from agent.checks.perf import parse_metric
 from agent.env.interpreter import Interpreter, cache_dir
-from agent.env.sandbox import hidden_paths, isolation
+from agent.env.sandbox import SandboxSpec, hidden_paths, isolation
 from agent.util.seal import SealError, read_sealed, write_sealed_json
 from agent.util.text import first_line, tail
 
@@ -72,24 +72,25 @@ def run_base(spec: TaskSpec, launcher: Launcher, key: str) -> BaseRuns:
     return runs
 
 
-def broken(runs: BaseRuns, root: Path, env: dict[str, str]) -> str | None:
+def broken(runs: BaseRuns, root: Path, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec()) -> str | None:
     """Why the task cannot be checked, from what failed on its base in `root` (None: nothing did)."""
     for what, run in (("tests", runs.plain), ("tests with uninitialised memory poisoned", runs.poison),
                       ("bench", runs.bench)):
         if run is not None and not run.passed:
-            return f"the task cannot be checked: its {what} fail on the unchanged base ({failure(run, root, env)})"
+            return (f"the task cannot be checked: its {what} fail on the unchanged base "
+                    f"({failure(run, root, env, sandbox)})")
     return None
 
 
-def failure(run: CommandRun, root: Path, env: dict[str, str]) -> str:
+def failure(run: CommandRun, root: Path, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec()) -> str:
     """One line on a failed command: its exit named for what it is, the paths it names that the
-    sandbox (started in `root` with `env`) hides and how to show them, else the first error it printed
-    (agent.checks.correctness.first_error) and its last line."""
+    sandbox (started in `root` with `env`, as `sandbox` says) hides and how to show them, else the first
+    error it printed (agent.checks.correctness.first_error) and its last line."""
     if run.timed_out:
         return f"`{run.command}` timed out after {run.duration_s:g}s"
     meaning = {126: "found but not executable", 127: "command not found"}.get(run.exit_code)
     said = f"`{run.command}` exit {run.exit_code}" + (f" ({meaning})" if meaning else "")
-    hidden = hidden_names(run.command, root, env, found_on_host=run.exit_code == 127)
+    hidden = hidden_names(run.command, root, env, sandbox, found_on_host=run.exit_code == 127)
     if hidden:
         return (f"{said}; it names {', '.join(hidden)}, which the checks' sandbox does not show (there: system "
                 f"folders, the checkout and the task's Python): make it the task's `[setup] python`, or list "
@@ -100,16 +101,17 @@ def failure(run: CommandRun, root: Path, env: dict[str, str]) -> str:
     return said + (f": {last}" if last else "")
 
 
-def hidden_names(command: str, root: Path, env: dict[str, str], *, found_on_host: bool = False) -> list[str]:
+def hidden_names(command: str, root: Path, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec(), *,
+                 found_on_host: bool = False) -> list[str]:
     """The paths `command` names that its sandbox hides; with `found_on_host` (it was not found in
     there), also where the host's PATH finds its first word, when the sandbox hides that."""
-    named = hidden_paths(command, root, env)
+    named = hidden_paths(command, root, env, sandbox)
     try:
         first = shlex.split(command)[0] if command.strip() else ""
     except ValueError:
         first = ""
     found = shutil.which(first) if found_on_host and first and "/" not in first else None
-    return named + [p for p in (hidden_paths(found, root, env) if found else []) if p not in named]
+    return named + [p for p in (hidden_paths(found, root, env, sandbox) if found else []) if p not in named]
 
 
 def base_key(task: Task, commit: str, interpreter: Interpreter) -> str:

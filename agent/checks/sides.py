@@ -24,7 +24,8 @@ from agent.checks.records import new_key
 from agent.checks.verdicts import CheckError
 from agent.env.interpreter import Interpreter, InterpreterError
 from agent.env.interpreter import prepare as prepare_interpreter
-from agent.env.sandbox import base_env, run_command
+from agent.env.runners import SANDBOXED, CommandRunner
+from agent.env.sandbox import SandboxSpec, base_env
 from agent.env.workspace import PatchError, Workspace
 from agent.task import Task
 from agent.util.files import empty_folder
@@ -40,11 +41,14 @@ class TaskBroken(CheckError):
 
 
 class Sides:
-    def __init__(self, task: Task, workdir: Path, *, log: Callable[[str], None], warm: bool = True):
+    def __init__(self, task: Task, workdir: Path, *, log: Callable[[str], None], warm: bool = True,
+                 runner: CommandRunner = SANDBOXED):
         self.task = task
         self.workdir = Path(workdir)
         self.log = log
         self.warm = warm  # fork test processes from a warm interpreter where possible
+        self.sandbox = SandboxSpec.for_task(task)  # what every command of the task may see, passed to each
+        self.runner = runner  # how each cold command runs (agent.env.runners): sealed, or recorded in tests
         self._baseline: Workspace | None = None
         self._reference: Workspace | str | None = None  # a workspace, or why there is none
         self._env: Environment | None = None
@@ -86,8 +90,8 @@ class Sides:
             setup = self.setup(ws)
             if setup is not None and not setup.passed:
                 ws.cleanup()
-                raise TaskBroken(f"the task cannot be checked: its setup fails on the unchanged base "
-                                 f"({preflight.failure(setup, ws.root, self.command_env(ws.root))})")
+                why = preflight.failure(setup, ws.root, self.command_env(ws.root), self.sandbox)
+                raise TaskBroken(f"the task cannot be checked: its setup fails on the unchanged base ({why})")
             self._baseline = ws
         return self._baseline
 
@@ -101,12 +105,12 @@ class Sides:
                 runs = preflight.cached(key, self.log)
                 if runs is None:
                     self.log("checking the task on its unchanged base: its tests and bench, once")
-                    launcher = Launcher(base.root, self.test_env(base.root), warm=self.warm, log=self.log)
+                    launcher = self._launcher(base.root, warm=self.warm)
                     try:
                         runs = preflight.run_base(self.task.spec, launcher, key)
                     finally:
                         launcher.close()
-                why = preflight.broken(runs, base.root, self.command_env(base.root))
+                why = preflight.broken(runs, base.root, self.command_env(base.root), self.sandbox)
                 if why is not None:
                     raise TaskBroken(why)
                 preflight.remember(runs)
@@ -127,7 +131,7 @@ class Sides:
         if self._tests is None or (fresh and self._tests.used):
             if self._tests is not None:
                 self._tests.close()
-            self._tests = Launcher(self._slot.root, self.test_env(self._slot.root), warm=self.warm, log=self.log)
+            self._tests = self._launcher(self._slot.root, warm=self.warm)
         try:
             self._slot.apply_patch(patch)
         except PatchError:
@@ -187,16 +191,16 @@ class Sides:
         if spec is None or spec.command is None:
             return None
         self.log(f"setup: {spec.command}")
-        return to_run("setup", run_command(spec.command, ws.root, timeout_s=spec.timeout_s,
-                                           env=self.command_env(ws.root)))
+        return to_run("setup", self.runner.run(spec.command, ws.root, sandbox=self.sandbox, timeout_s=spec.timeout_s,
+                                               env=self.command_env(ws.root)))
 
     def command_env(self, root: Path) -> dict[str, str]:
         """The environment of a task command that is not a check (its setup) in checkout `root`."""
-        return base_env({"PYTHONPATH": str(root)}, bin_dir=self.interpreter().bin_dir, read=self.task.read)
+        return base_env({"PYTHONPATH": str(root)}, bin_dir=self.interpreter().bin_dir)
 
     def environment(self) -> Environment:
         if self._env is None:
-            self._env = probe(self.baseline().root, self.interpreter().bin_dir, self.task.read)
+            self._env = probe(self.baseline().root, self.interpreter().bin_dir, self.sandbox, self.runner)
         return self._env
 
     def installed(self) -> frozenset[str]:
@@ -212,8 +216,12 @@ class Sides:
         """The environment the correctness command runs in, in checkout `root`."""
         if self._hook is None:
             self._hook = install_hook(self.workdir / "hook")
-        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir, read=self.task.read,
+        return check_env(root, self._hook, bin_dir=self.interpreter().bin_dir,
                          plugins=self.task.spec.correctness.plugins)
+
+    def _launcher(self, root: Path, *, warm: bool) -> Launcher:
+        """Test processes in checkout `root`, in the task's sandbox, through this side's runner."""
+        return Launcher(root, self.test_env(root), sandbox=self.sandbox, runner=self.runner, warm=warm, log=self.log)
 
     def bench_at_base(self) -> CommandRun:
         """The task's bench on the unchanged base under the poisoned run's instruments (once): whether a
@@ -223,7 +231,7 @@ class Sides:
             assert perf is not None
             root = self.baseline().root
             reads = sanitizer.prepare(self.workdir / "bench-base", root, [], self.task.spec.correctness.kernels)
-            launcher = Launcher(root, self.test_env(root), warm=False, log=self.log)
+            launcher = self._launcher(root, warm=False)
             try:
                 self._bench_at_base = run_check("bench at base", perf.command, launcher, timeout_s=perf.timeout_s,
                                                 poison=True, sanitize_dir=reads, key=new_key())
@@ -234,7 +242,7 @@ class Sides:
     def initcheck(self) -> Initcheck:
         if self._initcheck is None:
             spec = self.task.spec.correctness
-            self._initcheck = Initcheck(spec.command, spec.timeout_s, self.log)
+            self._initcheck = Initcheck(spec.command, spec.timeout_s, self.log, self.sandbox)
         return self._initcheck
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from agent.env.sandbox import HIDDEN_HOMES, PASSTHROUGH_ENV, isolation, run_command
+from agent.env.sandbox import HIDDEN_HOMES, PASSTHROUGH_ENV, SandboxSpec, isolation, run_command
 from agent.task import SetupSpec, Task
 from agent.util.files import empty_folder
 from agent.errors import PerfagentError
@@ -277,8 +277,8 @@ def _step(step: str, *, cwd: Path, env: dict[str, str], logfile: Path, timeout_s
     ticker = threading.Thread(target=tell, daemon=True, name="venv-progress")
     ticker.start()
     try:
-        res = run_command(command + step, cwd, timeout_s=timeout_s, env=env, writable=(logfile, *writable),
-                          readable=readable, network=network)
+        sandbox = SandboxSpec(readable=tuple(readable), writable=(logfile, *writable), network=network)
+        res = run_command(command + step, cwd, sandbox=sandbox, timeout_s=timeout_s, env=env)
     finally:
         done.set()
         ticker.join()

@@ -3,7 +3,7 @@
 With bubblewrap (Debian package `bubblewrap`) every command gets:
 - an allow-list of the machine: the system folders read-only, then only what the command needs
   (its Python prefixes, PATH and PYTHONPATH folders, the task's `read` folders) read-only, and
-  the working folder (and any `writable` folder the caller names) writable, beside a private
+  the working folder (and any `writable` folder its `SandboxSpec` names) writable, beside a private
   /tmp that vanishes afterwards; no task folder, reference patch, other checkout or results;
 - home folders (`$HOME`, /root, /home) empty, so `~/.ssh` and the like stay out;
 - the workspace's `.git` read-only, so nothing the command does can plant git config or hooks;
@@ -35,11 +35,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.env import cgroup
+
+if TYPE_CHECKING:
+    from agent.task import Task
 
 DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
@@ -53,7 +57,6 @@ HIDDEN_HOMES = ("/root", "/home")
 PRIVATE_TMPS = ("/tmp", "/var/tmp")
 # The machine's own software, shown read-only; every other folder of the root is absent inside.
 SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/nix")
-READ_VAR = "PERFAGENT_READ"  # the task's declared `read` folders, in the environment it passes
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
                "/dev/nvidia-caps", "/dev/dri")
 # What each isolation mode leaves open, in words a report can carry.
@@ -132,6 +135,33 @@ def _size(text: str) -> int | None:
     return int(float(number) * units[unit]) if number.replace(".", "", 1).isdigit() else None
 
 
+Readable = tuple[Path | tuple[Path, Path], ...]  # folders, or (folder, where the sandbox shows it) pairs
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandboxed command may see and do besides its working folder, as one value the caller passes:
+    built once per task (`for_task`), widened per call (`with_`). Never carried in the command's environment,
+    which the command itself can read and change: what it may see is decided outside it."""
+
+    read: tuple[Path, ...] = ()  # the task's `read` folders: shown read-only, as PATH's are (absolute,
+    # existing, outside the system folders; checked when the command starts)
+    readable: Readable = ()  # the caller's own folders (or (folder, place) pairs), shown read-only as named
+    writable: tuple[Path, ...] = ()  # writable besides the working folder (the caller's output folders)
+    limits: ResourceLimits | None = None  # None: ResourceLimits.default() when the command starts
+    network: bool = False  # the host's network kept: a task's venv build only (its commands fetch packages)
+
+    @classmethod
+    def for_task(cls, task: Task) -> SandboxSpec:
+        """Every command of `task`: its declared `read` folders, and no other folder of its own."""
+        return cls(read=task.read)
+
+    def with_(self, *, readable: tuple[str | Path, ...] = (), writable: tuple[str | Path, ...] = ()) -> SandboxSpec:
+        """This spec and a call's own folders: `readable` shown read-only, `writable` writable."""
+        return replace(self, readable=(*self.readable, *map(Path, readable)),
+                       writable=(*self.writable, *map(Path, writable)))
+
+
 @dataclass(frozen=True)
 class CommandResult:
     command: str
@@ -175,7 +205,7 @@ def _probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> bool:
 
 def _probe_bwrap(cwd: Path) -> bool:
     with seccomp_filter() as seccomp:
-        return _probe(_bwrap_argv(cwd, (), {}, seccomp=seccomp) + ["true"], seccomp)
+        return _probe(_bwrap_argv(cwd, SandboxSpec(), {}, seccomp=seccomp) + ["true"], seccomp)
 
 
 # -- the seccomp filter: classic BPF over (syscall number, architecture) ---------------------------
@@ -220,14 +250,10 @@ def seccomp_filter(wanted: bool = True) -> Iterator[tuple[int, ...]]:
         os.close(fd)
 
 
-def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None,
-             read: tuple[Path, ...] = ()) -> dict[str, str]:
+def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None) -> dict[str, str]:
     """A small, predictable environment, no secrets: first on PATH the task's own Python (`bin_dir`,
-    see agent.env.interpreter) if it has one, else ours; the task's `read` folders named for the
-    sandbox (which shows them read-only)."""
+    see agent.env.interpreter) if it has one, else ours. What the sandbox shows is its `SandboxSpec`'s."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-    if read:
-        env[READ_VAR] = os.pathsep.join(map(str, read))
     env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent),
                                    os.environ.get("PATH", "/usr/bin:/bin")])
     if bin_dir is not None:
@@ -241,15 +267,13 @@ def base_env(extra: dict[str, str] | None = None, *, bin_dir: Path | None = None
 
 
 # -- the bubblewrap command line ----------------------------------------------------------------
-Readable = tuple[Path | tuple[Path, Path], ...]  # folders, or (folder, where the sandbox shows it) pairs
-
-
-def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], readable: Readable = (),
-                seccomp: tuple[int, ...] = (), tmpfs_bytes: int | None = None, network: bool = False) -> list[str]:
+def _bwrap_argv(cwd: Path, sandbox: SandboxSpec, env: dict[str, str], seccomp: tuple[int, ...] = (),
+                tmpfs_bytes: int | None = None) -> list[str]:
     """An allow-list: the system folders, then exactly the folders the command needs (its Python,
-    its PATH, its PYTHONPATH, `readable`) read-only and its own folders writable; nothing else of
-    the machine exists inside (no task folder, no reference patch, no other checkout, no results).
-    `network` keeps the host's network (a task's venv build only: its commands fetch packages)."""
+    its PATH, its PYTHONPATH, the spec's `read` and `readable`) read-only and its own folders (`cwd`,
+    the spec's `writable`) writable; nothing else of the machine exists inside (no task folder, no
+    reference patch, no other checkout, no results). The spec's `network` keeps the host's network."""
+    network = sandbox.network
     argv = ["bwrap"]
     for top in SYSTEM_ROOTS:
         if os.path.islink(top):
@@ -265,10 +289,10 @@ def _bwrap_argv(cwd: Path, writable: tuple[Path, ...], env: dict[str, str], read
         argv += [*size, "--tmpfs", tmp]
     for dev in GPU_DEVICES + tuple(str(p) for p in sorted(Path("/dev").glob("nvidia[0-9]*"))):
         argv += ["--dev-bind-try", dev, dev]
-    for item in [*_needed_binds(env), *readable, *(_resolver_files() if network else ())]:
+    for item in [*_needed_binds(env, sandbox.read), *sandbox.readable, *(_resolver_files() if network else ())]:
         source, place = item if isinstance(item, tuple) else (item, item)
         argv += ["--ro-bind-try", str(source), str(place)]
-    for path in (cwd, *writable):
+    for path in (cwd, *sandbox.writable):
         argv += ["--bind", str(path), str(path)]
     git_dir = cwd / ".git"
     if git_dir.is_dir():
@@ -303,17 +327,18 @@ def _hidden_homes() -> list[Path]:
     return sorted(h for h in homes if h != Path("/") and h.is_dir())
 
 
-def _needed_binds(env: dict[str, str]) -> list[Path]:
+def _needed_binds(env: dict[str, str], read: tuple[Path, ...] = ()) -> list[Path]:
     """Folders outside the system ones that commands still need, read-only: the Python prefixes (a venv
     in a temp checkout, pyenv under ~), PATH entries, PYTHONPATH (our check hook) and what the user names
-    (PERFAGENT_SANDBOX_READ) or the task declares (its `read`, carried in PERFAGENT_READ)."""
+    (PERFAGENT_SANDBOX_READ) or the task declares (`read`, its SandboxSpec's)."""
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
               sysconfig.get_paths().get("purelib", ""), env.get("VIRTUAL_ENV", "")}
     python = shutil.which("python", path=env.get("PATH"))
     if python:
         wanted.add(str(Path(os.path.realpath(python)).parent.parent))
-    for var, source in (("PATH", env), ("PYTHONPATH", env), (READ_VAR, env), ("PERFAGENT_SANDBOX_READ", os.environ)):
+    for var, source in (("PATH", env), ("PYTHONPATH", env), ("PERFAGENT_SANDBOX_READ", os.environ)):
         wanted |= set(source.get(var, "").split(os.pathsep))
+    wanted |= set(map(str, read))
     system = [Path(os.path.realpath(top)) for top in SYSTEM_ROOTS]
     out = set()
     for w in (w for w in wanted if os.path.isabs(w)):  # a relative PATH entry would bind our own cwd
@@ -323,9 +348,9 @@ def _needed_binds(env: dict[str, str]) -> list[Path]:
     return sorted(out)
 
 
-def hidden_paths(command: str, cwd: Path, env: dict[str, str]) -> list[str]:
+def hidden_paths(command: str, cwd: Path, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec()) -> list[str]:
     """The absolute paths `command` names that exist on this machine but not in its sandbox (started
-    in `cwd` with `env`): what a task's command needs and the allow-list leaves out."""
+    in `cwd` with `env` and `sandbox`): what a task's command needs and the allow-list leaves out."""
     if isolation().mode != "bwrap":
         return []
     try:
@@ -333,7 +358,7 @@ def hidden_paths(command: str, cwd: Path, env: dict[str, str]) -> list[str]:
     except ValueError:
         words = command.split()
     shown = [Path(os.path.realpath(top)) for top in (*SYSTEM_ROOTS, "/dev", "/proc")]
-    shown += [*_needed_binds(env), Path(os.path.realpath(cwd))]
+    shown += [*_needed_binds(env, sandbox.read), Path(os.path.realpath(cwd))]
     shown += [Path(os.path.abspath(s)) for s in (*SYSTEM_ROOTS, cwd)]
 
     def visible(path: Path) -> bool:
@@ -362,15 +387,14 @@ def _alternates(objects: Path, depth: int = 0) -> list[Path]:
     return out
 
 
-def sealed_argv(command: str, cwd: Path, mode: str, writable: tuple[Path, ...], readable: Readable,
-                env: dict[str, str], limits: ResourceLimits, timeout_s: float,
-                seccomp: tuple[int, ...] = (), network: bool = False) -> list[str]:
-    """The command line that runs `command` sealed; `seccomp`: the fds of `seccomp_filter`; `network`:
-    the host's network is kept (see `_bwrap_argv`)."""
+def sealed_argv(command: str, cwd: Path, mode: str, sandbox: SandboxSpec, env: dict[str, str],
+                limits: ResourceLimits, timeout_s: float, seccomp: tuple[int, ...] = ()) -> list[str]:
+    """The command line that runs `command` sealed as `sandbox` says (its folders as given: see
+    `resolved`); `seccomp`: the fds of `seccomp_filter`."""
     shell = ["bash", "-c", limits.shell_prefix(timeout_s) + command]
     if mode == "bwrap":
-        return _bwrap_argv(cwd, writable, env, readable, seccomp, limits.tmpfs_bytes, network) + shell
-    if mode == "unshare" and not network:
+        return _bwrap_argv(cwd, sandbox, env, seccomp, limits.tmpfs_bytes) + shell
+    if mode == "unshare" and not sandbox.network:
         return ["unshare", "-n", "--", *shell]
     return shell
 
@@ -423,34 +447,30 @@ def run_command(
     command: str,
     cwd: str | Path,
     *,
+    sandbox: SandboxSpec = SandboxSpec(),
     timeout_s: float = 600,
     env: dict[str, str] | None = None,
     max_output: int = DEFAULT_MAX_OUTPUT,
-    writable: tuple[str | Path, ...] = (),
-    readable: tuple[str | Path, ...] = (),
-    limits: ResourceLimits | None = None,
     cancel: threading.Event | None = None,
     pass_fds: tuple[int, ...] = (),
     account_cpu: bool = False,
-    network: bool = False,
 ) -> CommandResult:
-    """Run `command` with bash in `cwd`, sealed; never raises for the command's own failures.
+    """Run `command` with bash in `cwd`, sealed as `sandbox` says; never raises for the command's own failures.
 
-    `cwd` is writable; so is each folder in `writable` (the caller's own output folders); each
-    path in `readable` is mounted back read-only where a hidden folder covers it. Setting `cancel`
-    ends the command as a timeout does (a relay that has seen the budget spent). `pass_fds` are
-    inherited by the command (a key the check hook reads, agent.checks.correctness). `account_cpu`:
-    the result's `cpu_s` is the CPU time of every process of the sandbox (bubblewrap only).
-    `network` keeps the host's network; the default is none (only a task's venv build needs it).
+    `cwd` is writable; so is each of the spec's `writable` folders (the caller's own output folders);
+    its `read` and `readable` paths are mounted back read-only where a hidden folder covers them; no
+    network unless it says so (only a task's venv build needs it). Setting `cancel` ends the command
+    as a timeout does (a relay that has seen the budget spent). `pass_fds` are inherited by the
+    command (a key the check hook reads, agent.checks.correctness). `account_cpu`: the result's
+    `cpu_s` is the CPU time of every process of the sandbox (bubblewrap only).
     """
     cwd = Path(os.path.realpath(cwd))
     env = env if env is not None else base_env()
     mode = isolation().mode
-    limits = limits or ResourceLimits.default()
+    limits = sandbox.limits or ResourceLimits.default()
     group = cgroup.Cgroup.create(limits.memory_bytes, limits.processes) if mode == "bwrap" else None
     with seccomp_filter(mode == "bwrap") as seccomp:
-        argv = sealed_argv(command, cwd, mode, real_paths(writable), real_paths(readable), env, limits, timeout_s,
-                           seccomp, network)
+        argv = sealed_argv(command, cwd, mode, resolved(sandbox), env, limits, timeout_s, seccomp)
         account_cpu = account_cpu and mode == "bwrap"  # elsewhere an orphan may outlive the command
         if account_cpu:
             argv = [sys.executable, "-I", "-S", str(REAPER), *argv]
@@ -497,6 +517,13 @@ def run_command(
 def real_paths(paths: tuple[str | Path, ...]) -> tuple[Path, ...]:
     """Each path with its symlinks resolved, as the sandbox binds it."""
     return tuple(Path(os.path.realpath(p)) for p in paths)
+
+
+def resolved(sandbox: SandboxSpec) -> SandboxSpec:
+    """`sandbox` with its `readable` and `writable` folders' symlinks resolved, as bubblewrap binds them
+    (a (folder, place) pair is kept as its caller named it)."""
+    readable = tuple(r if isinstance(r, tuple) else Path(os.path.realpath(r)) for r in sandbox.readable)
+    return replace(sandbox, readable=readable, writable=real_paths(sandbox.writable))
 
 
 def _wait(proc: subprocess.Popen, deadline: float, cancel: threading.Event | None) -> tuple[bool, float | None]:

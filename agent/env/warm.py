@@ -25,12 +25,12 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agent.env.cgroup import Cgroup
-from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, Readable, ResourceLimits, isolation, real_paths,
-                               sealed_argv, seccomp_filter)
+from agent.env.sandbox import (DEFAULT_MAX_OUTPUT, CommandResult, ResourceLimits, SandboxSpec, isolation,
+                               real_paths, sealed_argv, seccomp_filter)
 from agent.errors import PerfagentError
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
@@ -127,11 +127,11 @@ class WarmError(PerfagentError):
 class WarmPython:
     """One server in one sandbox at `cwd`; `run` is one forked child at a time."""
 
-    def __init__(self, interpreter: str, cwd: Path, *, env: dict[str, str], writable: tuple[Path, ...] = (),
-                 readable: Readable = (), wipe: tuple[str, ...] = (),
-                 preload: tuple[str, ...] = ("torch",), lifetime_s: float = 6 * 3600):
-        """`readable`: folders (or (folder, place) pairs) the sandbox shows read-only; `wipe`: the
-        writable places emptied after each child (`run`'s result then says if that worked)."""
+    def __init__(self, interpreter: str, cwd: Path, *, env: dict[str, str], sandbox: SandboxSpec = SandboxSpec(),
+                 wipe: tuple[str, ...] = (), preload: tuple[str, ...] = ("torch",), lifetime_s: float = 6 * 3600):
+        """`sandbox`: what the server and every child may see and write (its `readable` may be (folder,
+        place) pairs); `wipe`: the writable places emptied after each child (`run`'s result then says if
+        that worked)."""
         self.interpreter = interpreter
         self.cwd = Path(os.path.realpath(cwd))
         self.preloaded: list[str] = []
@@ -150,12 +150,12 @@ class WarmPython:
         env = {**env, "PERFAGENT_PRELOAD": ",".join(preload), "PERFAGENT_WIPE": os.pathsep.join(wipe),
                "PERFAGENT_CONTROL": f"{req_r},{rep_w}"}
         command = f"exec {shlex.quote(interpreter)} {shlex.quote(str(ZYGOTE))}"
-        limits = ResourceLimits.default()
+        limits = sandbox.limits or ResourceLimits.default()
+        sealed = replace(sandbox, readable=(ZYGOTE, *sandbox.readable), writable=real_paths(sandbox.writable))
         self.group = Cgroup.create(limits.memory_bytes, limits.processes)
         try:
             with seccomp_filter() as seccomp:
-                argv = sealed_argv(command, self.cwd, isolation().mode, real_paths(writable),
-                                   (ZYGOTE, *readable), env, limits, lifetime_s, seccomp)
+                argv = sealed_argv(command, self.cwd, isolation().mode, sealed, env, limits, lifetime_s, seccomp)
                 self.proc = subprocess.Popen(self.group.wrap(argv) if self.group else argv, cwd=str(self.cwd),
                                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL, start_new_session=True,

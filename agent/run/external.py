@@ -31,7 +31,7 @@ from agent.agents.relay import Relay, RelayError, Upstream, bridge_command
 from agent.checks import Checker, Evaluation, summarize
 from agent.checks.verdicts import Verdict
 from agent.env.candidate import Candidate, LeftOut, with_left_out
-from agent.env.sandbox import CommandResult, base_env, run_command
+from agent.env.sandbox import CommandResult, SandboxSpec, base_env, run_command
 from agent.env.workspace import Workspace
 from agent.models.base import Usage
 from agent.models.pricing import PriceTable
@@ -62,7 +62,7 @@ class Sealed:
     out: Path
     socket: Path
     bin_dir: Path | None = None  # the task's Python, first on the agent's PATH
-    read: tuple[Path, ...] = ()  # the task's `read` folders
+    sandbox: SandboxSpec = SandboxSpec()  # what the task's commands may see (`for_task`); a session's folders go on top
 
 
 SessionRunner = Callable[[Session, Sealed, float], CommandResult]  # one session, its time left: what it printed
@@ -112,7 +112,7 @@ class ExternalAgentContestant(Contestant):
         with _agent_errors(agent):
             upstream = Upstream.of(agent.provider, self.base_url)
             sealed = Sealed(ws, _folder(run.work / "home"), _folder(run.work / "out"), self.relay_dir / "relay.sock",
-                            run.checker.bin_dir(), run.task.read)
+                            run.checker.bin_dir(), SandboxSpec.for_task(run.task))
             with Relay(upstream, meter, sealed.socket, log=relayed, models=agent.models()):
                 why = _rounds(run.task, agent, self.sessions or self.sealed_session, sealed, self.rounds, self.limits,
                               meter, self.record, _kept(run), lambda cand: run.candidates.grade(cand, full=True),
@@ -218,11 +218,11 @@ def _session(agent: ExternalAgent, binary: Path, session: Session, sealed: Seale
     agent.prepare(session)
     command = (bridge_command(sys.executable, sealed.socket) + shlex.join(agent.command(session, binary))
                + f" 2> {shlex.quote(str(stderr))}")
-    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)}, bin_dir=sealed.bin_dir,
-                   read=sealed.read)
-    return run_command(command, sealed.ws.root, timeout_s=max(1.0, time_left_s), env=env,
-                       max_output=MAX_AGENT_OUTPUT, writable=(session.home, session.out),
-                       readable=(sealed.socket.parent, *agent.install_dirs(binary)), cancel=meter.stopped)
+    env = base_env({**agent.relay_env(), **agent.env(session), "HOME": str(session.home)}, bin_dir=sealed.bin_dir)
+    sandbox = sealed.sandbox.with_(writable=(session.home, session.out),
+                                   readable=(sealed.socket.parent, *agent.install_dirs(binary)))
+    return run_command(command, sealed.ws.root, sandbox=sandbox, timeout_s=max(1.0, time_left_s), env=env,
+                       max_output=MAX_AGENT_OUTPUT, cancel=meter.stopped)
 
 
 def _session_end(agent: ExternalAgent, result: CommandResult, said: AgentResult, stderr: str, meter: Meter,

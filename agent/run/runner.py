@@ -14,7 +14,7 @@ from typing import Any
 from agent.checks import Checker, Evaluation, summarize
 from agent.checks.verdicts import Verdict
 from agent.env.candidate import LeftOut, with_left_out
-from agent.env.sandbox import base_env
+from agent.env.sandbox import SandboxSpec, base_env
 from agent.models.base import Model
 from agent.models.pricing import PriceTable
 from agent.options import Limits
@@ -59,7 +59,7 @@ class OurLoop(Contestant):
 
         self.tools = Toolbox(ws, protected=list(task.spec.protected), run_checks=run_checks_tool,
                              command_timeout_s=min(600.0, self.limits.timeout_s),
-                             env=base_env(bin_dir=run.checker.bin_dir(), read=task.read))
+                             env=base_env(bin_dir=run.checker.bin_dir()), sandbox=SandboxSpec.for_task(task))
         run.outcome = run_loop(task, self.model, self.tools, limits=self.limits, prices=self.prices,
                                grade_submission=grade_submission, trajectory=run.trajectory, on_event=run.on_event)
         if run.outcome.interrupted is not None:

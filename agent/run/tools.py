@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agent.env.sandbox import run_command
+from agent.env.sandbox import SandboxSpec, run_command
 from agent.env.workspace import Workspace
 from agent.util.globs import matches_any
 
@@ -105,6 +105,7 @@ class Toolbox:
     run_checks: Callable[[bool], ToolResult] | None = None  # perf -> summary (+ the evaluation as data)
     command_timeout_s: float = 300
     env: dict[str, str] | None = None  # the `run` tool's environment (the task's Python first on PATH)
+    sandbox: SandboxSpec = SandboxSpec()  # what the `run` tool's commands may see: the task's (`for_task`)
     denials: list[dict[str, Any]] = field(default_factory=list)
     submitted: str | None = None
 
@@ -238,7 +239,8 @@ class Toolbox:
 
     def _run(self, command: str, timeout_s: int | None = None) -> str:
         timeout = min(float(timeout_s or self.command_timeout_s), self.command_timeout_s)
-        res = run_command(command, self.workspace.root, timeout_s=timeout, env=self.env, max_output=MAX_TOOL_OUTPUT)
+        res = run_command(command, self.workspace.root, sandbox=self.sandbox, timeout_s=timeout, env=self.env,
+                          max_output=MAX_TOOL_OUTPUT)
         status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         return f"[{status}, {res.duration_s:.1f}s]\n{res.output}"
 

@@ -13,7 +13,7 @@ from fakeserver import reply, tool_call
 
 from agent.agents.metering import Meter
 from agent.agents.relay import PLACEHOLDER_KEY, Relay, Upstream, bridge_command
-from agent.env.sandbox import base_env, isolation, run_command
+from agent.env.sandbox import SandboxSpec, base_env, isolation, run_command
 from agent.models.base import Usage
 from agent.models.pricing import cost_usd, dearest_price, load_prices
 
@@ -237,7 +237,7 @@ print("direct:", post("http://127.0.0.1:{port}/v1/messages"))
     import sys
 
     result = run_command(bridge_command(sys.executable, relay.socket_path) + f"{sys.executable} -I probe.py", work,
-                         timeout_s=60, env=base_env(), readable=(relay.socket_path.parent,))
+                         timeout_s=60, env=base_env(), sandbox=SandboxSpec(readable=(relay.socket_path.parent,)))
     assert "relay: " in result.output and "sealed hello" in result.output, result.output
     assert "direct: FAILED" in result.output
     assert len(fake_server.requests) == 1

@@ -23,7 +23,7 @@ from fakeserver import FakeServer, reply  # noqa: E402
 
 from agent.agents.metering import Meter  # noqa: E402
 from agent.agents.relay import Relay, Upstream, bridge_command  # noqa: E402
-from agent.env.sandbox import base_env, run_command  # noqa: E402
+from agent.env.sandbox import SandboxSpec, base_env, run_command  # noqa: E402
 from agent.models.pricing import load_prices  # noqa: E402
 
 # One client, timing n requests to one URL; prints the per-request times in ms as one JSON list.
@@ -68,7 +68,7 @@ def main() -> None:
                                             cwd=work, capture_output=True, text=True, check=True)
                 sealed = run_command(bridge_command(sys.executable, relay.socket_path)
                                      + f"{sys.executable} client.py 127.0.0.1:8787 {args.n} {stream}", work,
-                                     env=base_env(), readable=(work,), timeout_s=600)
+                                     env=base_env(), sandbox=SandboxSpec(readable=(work,)), timeout_s=600)
                 d, r = timed(json.loads(direct.stdout)), timed(json.loads(via_socket.stdout))
                 s = timed(json.loads(sealed.output.strip().splitlines()[-1]))
                 mode = "stream" if stream == "1" else "json"

@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from agent.env import cgroup, sandbox
-from agent.env.sandbox import SYSTEM_ROOTS, base_env, isolation, run_command
+from agent.env.sandbox import SYSTEM_ROOTS, SandboxSpec, base_env, isolation, run_command
 
 COMMANDS = {"true": "true", "python": "python -c pass"}
 
@@ -107,7 +107,8 @@ def per_warm_child(n: int) -> None:
             (side / "b.py").write_text("pass\n")
         (Path(tmp) / "scratch").mkdir()
         server = WarmPython("python", Path(tmp) / "scratch", env=base_env(), preload=(),
-                            readable=tuple((side, Path("/perfagent") / side.name / "repo") for side in sides))
+                            sandbox=SandboxSpec(readable=tuple((side, Path("/perfagent") / side.name / "repo")
+                                                               for side in sides)))
         cmd = parse_python("python b.py")
         inside = [Path("/perfagent") / side.name / "repo" for side in sides]
         times: dict[str, list[float]] = {"hidden": [], "plain": []}

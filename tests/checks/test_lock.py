@@ -17,18 +17,25 @@ from agent.checks.lock import device_lock, lock_path
 def test_the_suite_does_not_use_the_user_wide_lock_dir():
     # tests/conftest.py points PERFAGENT_LOCK_DIR at a folder of this session's own
     assert os.environ.get("PERFAGENT_LOCK_DIR")
-    assert lock.DEFAULT_LOCK_DIR == Path(os.environ["PERFAGENT_LOCK_DIR"])
-    assert "perfagent/locks" not in str(lock.DEFAULT_LOCK_DIR.expanduser())
+    assert lock.default_lock_dir() == Path(os.environ["PERFAGENT_LOCK_DIR"])
+    assert "perfagent/locks" not in str(lock.default_lock_dir().expanduser())
 
 
 def test_the_default_honours_the_environment(tmp_path):
-    code = "from agent.checks.lock import DEFAULT_LOCK_DIR; print(DEFAULT_LOCK_DIR)"
+    code = "from agent.checks.lock import default_lock_dir; print(default_lock_dir())"
     env = {**os.environ, "PERFAGENT_LOCK_DIR": str(tmp_path / "mine")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(tmp_path / "mine")
     env.pop("PERFAGENT_LOCK_DIR")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "~/.cache/perfagent/locks"
+
+
+def test_the_lock_folder_is_read_when_a_lock_is_taken_not_at_import(tmp_path, monkeypatch):
+    # set after agent.checks.lock (and collect, and the checker) were imported: the lock still lands there
+    monkeypatch.setenv("PERFAGENT_LOCK_DIR", str(tmp_path / "later"))
+    with device_lock("cpu") as path:
+        assert path == tmp_path / "later" / "cpu.lock" and path.exists()
 
 
 def test_the_holder_writes_who_it_is_and_a_waiter_says_so(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from agent.checks import Checker
 from agent.env.interpreter import READY, InterpreterError, prepare
-from agent.env.sandbox import isolation, run_command
+from agent.env.sandbox import SandboxSpec, isolation, run_command
 from agent.task import TaskError, load_task
 from tests.helpers import make_repo
 
@@ -247,7 +247,7 @@ def test_a_sandboxed_command_has_the_network_only_when_asked(tmp_path: Path) -> 
     try:
         sealed = run_command(probe, tmp_path, timeout_s=60)
         assert not sealed.ok and "CONNECTED" not in sealed.output and not accepted, sealed.output
-        opened = run_command(probe, tmp_path, timeout_s=60, network=True)
+        opened = run_command(probe, tmp_path, timeout_s=60, sandbox=SandboxSpec(network=True))
         assert opened.ok and "CONNECTED" in opened.output, opened.output
         deadline = time.monotonic() + 5
         while not accepted and time.monotonic() < deadline:

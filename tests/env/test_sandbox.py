@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agent.env.sandbox import base_env, isolation, run_command
+from agent.env.sandbox import SandboxSpec, base_env, isolation, run_command
 
 sealed = pytest.mark.skipif(isolation().mode != "bwrap", reason="bubblewrap is not usable on this machine")
 
@@ -99,7 +99,7 @@ def test_only_the_workspace_and_a_private_tmp_are_writable(tmp_path):
     assert run_command("cat /tmp/x", ws).exit_code != 0, "the private /tmp must not outlive its command"
     extra = tmp_path / "extra"
     extra.mkdir()
-    assert run_command(f"echo d > {extra}/y", ws, writable=(extra,)).ok and (extra / "y").exists()
+    assert run_command(f"echo d > {extra}/y", ws, sandbox=SandboxSpec(writable=(extra,))).ok and (extra / "y").exists()
 
 
 @sealed
@@ -149,7 +149,7 @@ def test_file_size_limit(tmp_path):
     from agent.env.sandbox import ResourceLimits
 
     limits = ResourceLimits(memory_bytes=4 << 30, file_bytes=1 << 20)
-    res = run_command("head -c 5000000 /dev/zero > big; echo rc=$?", tmp_path, limits=limits)
+    res = run_command("head -c 5000000 /dev/zero > big; echo rc=$?", tmp_path, sandbox=SandboxSpec(limits=limits))
     assert (tmp_path / "big").stat().st_size <= 1 << 20
     assert "rc=0" not in res.output
 

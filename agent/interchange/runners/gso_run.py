@@ -113,7 +113,7 @@ def check(base, scripts):
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     path = [tree] + [p for p in path if os.path.realpath(p) != here]
     # the base runs clean: no poisoned memory, nothing recorded (the harness's settings stay with this process)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFAGENT_") or k == "PERFAGENT_READ"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFAGENT_")}
     env["PYTHONPATH"] = os.pathsep.join(path)
     failed = 0
     for i, name in enumerate(scripts):
