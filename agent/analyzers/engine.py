@@ -6,13 +6,13 @@ finding, and a crash inside a rule becomes an `analyzer-error` finding for that 
 
 from __future__ import annotations
 
-import ast
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import libcst as cst
 
+from agent.util import pyast
 from agent.util.globs import matches_any
 
 from .context import ModuleContext, dedupe_keys, run_visitors
@@ -83,7 +83,7 @@ def _parse_error(source: str, path: str, error: cst.ParserSyntaxError) -> Findin
     """Prefer CPython's location and wording; libcst's are used when only libcst rejects the code."""
     line, col, message = error.raw_line, error.raw_column + 1, error.message
     try:
-        ast.parse(source, filename=path)
+        pyast.parse(source, path)
     except SyntaxError as e:
         line, col, message = e.lineno or line, e.offset or col, e.msg
     except (ValueError, RecursionError):

@@ -21,6 +21,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from agent.util import pyast
+
 Pos = tuple[int, int, int, int]  # line, column, end line, end column (columns in UTF-8 bytes, as co_positions)
 
 
@@ -168,7 +170,7 @@ _CONDITIONAL = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, as
 def shape(source: str, changed: Iterable[int]) -> FileShape:
     """The fine lines among `changed` (statement lines, as coverage's parser names them) and what the
     hook must record for them. Raises SyntaxError for source the harness cannot parse."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     wanted = set(changed)
     out = FileShape()
     stmts = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]

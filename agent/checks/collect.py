@@ -35,6 +35,7 @@ from agent.checks.sides import CheckError, Sides, TaskBroken
 from agent.checks.stats import preload as preload_stats
 from agent.env.workspace import Workspace, patch_paths
 from agent.task import PerfSpec
+from agent.util import pyast
 
 
 # The first call alone (agent.checks.firstcall): one call a process is noisier than the fastest of
@@ -252,7 +253,7 @@ def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
 
 def _parsed(file: Path) -> ast.Module | None:
     try:
-        return ast.parse(file.read_text(encoding="utf-8"))
+        return pyast.parse(file.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 

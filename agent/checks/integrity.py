@@ -31,6 +31,7 @@ from typing import Callable, Collection, Iterable
 from pydantic import BaseModel
 
 from agent.util.globs import matches_any
+from agent.util import pyast
 
 try:
     import tomllib
@@ -468,7 +469,7 @@ def suspicious_code(root: Path, changed_py: list[str], is_test: Callable[[str], 
         if data is None:
             continue
         try:
-            tree = ast.parse(data, filename=path)  # from bytes, as Python reads it: BOM and coding cookie honoured
+            tree = pyast.parse(data, path)  # from bytes, as Python reads it: BOM and coding cookie honoured
         except (SyntaxError, ValueError) as e:
             flags.append(Flag(path=path, line=getattr(e, "lineno", None) or 0, reason=f"not parsed: {e}"))
             continue
