@@ -5,7 +5,7 @@ checks decide. Evidence first: an edit whose buffer the sanitizer saw read befor
 written, whose read sites no test runs, or whose own line coverage saw no test run, is rejected by
 name from the check that found it (never checked again on its own); a batch that fails without
 naming its culprit is split until every rejected edit is isolated with the failure it caused.
-What survives is kept only if it is measurably faster. It reads the checks' structured
+What survives is submitted, and emitted only if the run's full check finds it faster. It reads the checks' structured
 evaluation (run_checks' tool result `data`), never their text, and leaves its decisions as
 records (`record`, report.json's `policy`) beside its summary text. The policy is written as a
 generator: each `yield` is one turn (a list of tool calls, as an LLM may make several at once)
@@ -74,10 +74,6 @@ class Caught:
 class CheckAnswer:
     passed: bool
     failure: str  # the first failing test, else the failing mode or the first reason
-    faster: bool = False
-    perf_line: str = ""
-    # the speed is not established (the noise hid the answer, or no clock could tell): no finding against the change
-    unestablished: bool = False
     # "path:line" of an allocation -> the evidence against making it uninitialised (a read before any
     # write, or a read site no test runs): names the culprit without splitting the group.
     blamed: dict[str, Caught] = field(default_factory=dict)
@@ -91,18 +87,14 @@ class CheckAnswer:
 
 def read_checks(result: ToolOutput) -> CheckAnswer:
     """What a run_checks result means to the policy: the verdict from its evaluation, the culprits from
-    its evidence (never its text)."""
+    its evidence (never its text). Speed is not its to read: the run's full check measures what it keeps."""
     data = result.data or {}
     if data.get("evaluation") is None:  # the checks could not run at all
         return CheckAnswer(False, result.content.strip()[:200])
     ev = Evaluation.model_validate(data["evaluation"])
     evidence = Evidence.model_validate(data["evidence"]) if data.get("evidence") is not None else None
-    perf = ev.perf
     first = _first_failure(ev)
-    faster = perf is not None and perf.verdict == PerfVerdict.FASTER
-    return CheckAnswer(ev.verdict == Verdict.PASS, first.reason, faster,
-                        perf_line(perf) if perf is not None else "", perf is not None and perf.unestablished,
-                        _blamed(evidence) if evidence else {},
+    return CheckAnswer(ev.verdict == Verdict.PASS, first.reason, _blamed(evidence) if evidence else {},
                         ev.sanitizer is not None and ev.sanitizer.measured, first.evidence, first.test,
                         _unrun(ev))
 
@@ -166,6 +158,7 @@ class RulesPolicy:
         self._script = self._run()
         self._started = False
         self.record: PolicyRecord | None = None  # its decisions, once it has made them
+        self._kept: tuple[list[Decision], list[Finding], int] | None = None  # what `judged` tells of, once kept
 
     # -- the Model protocol ---------------------------------------------------------------
     def complete(self, system: str, messages: list[dict], tools: list[dict]) -> Reply:
@@ -205,7 +198,7 @@ class RulesPolicy:
             unrun = sorted(lines[e.key] & verdict.unrun)
             return Caught("coverage", f"never executed: no test runs {', '.join(unrun)}") if unrun else None
 
-        def apply(subset: list[Finding], perf: bool = False) -> Script:
+        def apply(subset: list[Finding]) -> Script:
             """One turn: write the files that change, then run the checks."""
             writes = []
             for path, original in sources.items():
@@ -213,7 +206,7 @@ class RulesPolicy:
                 if new != state[path]:
                     writes.append(self._call("write_file", path=path, content=new))
                     state[path] = new
-            results = yield [*writes, self._call("run_checks", perf=perf)]
+            results = yield [*writes, self._call("run_checks", perf=False)]
             verdict = read_checks(results[-1])
             if verdict.passed:
                 sanitized["yes"] = sanitized["yes"] and verdict.sanitized
@@ -268,24 +261,33 @@ class RulesPolicy:
         if not kept:
             summary = self._summary(decisions, others, "every candidate failed the checks; no change made")
         else:
-            verdict = yield from apply(kept, perf=True)
-            if verdict.passed and verdict.faster:
-                # no figure here: the report's one speedup is the final evaluation's, over more pairs
-                summary = self._summary(decisions, others, f"kept {len(kept)} rewrite(s), faster in a quick check")
-            elif verdict.passed and verdict.unestablished:
-                # proven safe, speed unknown: the full check samples more; what it cannot call is kept aside
-                headline = (f"speed not established in a quick check ({verdict.perf_line}): kept {len(kept)} "
-                            f"proven-safe rewrite(s) for the full check, emitted only if it finds them faster")
-                summary = self._summary(decisions, others, headline, speed_unknown=True)
-            else:
-                kept = []
-                why = verdict.perf_line or verdict.failure
-                headline = f"reverted: the kept rewrites were not measurably faster ({why})"
-                summary = self._summary(decisions, others, headline, reverted=True)
-        reverts = [self._call("write_file", path=p, content=src) for p, src in sources.items()
-                   if not kept and state[p] != src]
-        yield [*reverts, self._call("submit", summary=summary)]
+            # no quick check of their speed here: it would run every test again, and only the run's full check,
+            # which measures them, decides what is emitted (see `judged`)
+            summary = self._summary(decisions, others, f"kept {len(kept)} proven-safe rewrite(s); the full check "
+                                                        "measures their speed")
+            self._kept = (decisions, others, len(kept))
+        yield [self._call("submit", summary=summary)]
         return summary
+
+    def judged(self, final: Evaluation) -> str | None:
+        """What the run's full check of the kept rewrites decided, into the record and the summary: emitted
+        as faster, kept aside (speed not established) or reverted (not measurably faster). None: nothing
+        was kept, nothing to tell."""
+        if self._kept is None:
+            return None
+        decisions, others, n = self._kept
+        perf = final.perf
+        if final.verdict == Verdict.PASS and perf is not None and perf.verdict == PerfVerdict.FASTER:
+            return self._summary(decisions, others, f"kept {n} rewrite(s), faster in the full check")
+        if final.verdict == Verdict.PASS and perf is not None and perf.unestablished:
+            headline = (f"speed not established in the full check ({perf_line(perf)}): {n} proven-safe "
+                        "rewrite(s) kept aside, not emitted")
+            return self._summary(decisions, others, headline, speed_unknown=True)
+        if final.verdict == Verdict.PASS:
+            why = perf_line(perf) if perf is not None else "the task has no bench to measure them"
+            return self._summary(decisions, others, f"reverted: the kept rewrites were not measurably faster ({why})",
+                                 reverted=True)
+        return self._summary(decisions, others, f"the kept rewrites failed the full check: {final.verdict}")
 
     def _summary(self, decisions: list[Decision], others: list[Finding], headline: str, *,
                  reverted: bool = False, speed_unknown: bool = False) -> str:

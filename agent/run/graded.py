@@ -28,7 +28,7 @@ from agent.checks import Checker, Evaluation, Evidence, TaskBroken, grade
 from agent.checks.patchinfo import changes_anything, diff_summary
 from agent.checks.render import perf_line, verdict_line
 from agent.checks.grade import nothing_to_grade
-from agent.checks.verdicts import Verdict
+from agent.checks.verdicts import PerfVerdict, Verdict
 from agent.env.candidate import Candidate, LeftOut
 from agent.env.sandbox import isolation
 from agent.env.workspace import Workspace
@@ -124,15 +124,21 @@ class Emission:
             else:
                 path.unlink(missing_ok=True)  # a stale one from an earlier attempt of the job
 
-    def kept_aside(self, task_file: str) -> Emission:
-        """This emission with a change that passed its full evaluation but whose speed the noise left
-        open moved aside: never emitted as if it were a finding, never lost; `check` finishes it later."""
+    def judged_on_speed(self, task_file: str) -> Emission:
+        """This emission as an offline policy leaves it: a passing change only if its full evaluation found it
+        faster. One whose speed the noise left open is moved aside (never emitted as a finding, never lost;
+        `check` finishes it later); one found no faster is reverted."""
         ev = self.evaluation
-        if not self.patch or ev.verdict != Verdict.PASS or ev.perf is None or not ev.perf.unestablished:
+        faster = ev.perf is not None and ev.perf.verdict == PerfVerdict.FASTER
+        if not self.patch or ev.verdict != Verdict.PASS or faster:
             return self
-        note = (f"speed not established ({perf_line(ev.perf)}): the change, proven safe, is kept aside as {ASIDE}; "
-                f"`perfagent check {task_file} --patch {ASIDE}` on a quieter machine can finish the judgement")
-        return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, note), self.left_out, aside=self.patch)
+        if ev.perf is not None and ev.perf.unestablished:
+            note = (f"speed not established ({perf_line(ev.perf)}): the change, proven safe, is kept aside as {ASIDE}; "
+                    f"`perfagent check {task_file} --patch {ASIDE}` on a quieter machine can finish the judgement")
+            return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, note), self.left_out, aside=self.patch)
+        why = perf_line(ev.perf) if ev.perf is not None else "the task has no bench"
+        return Emission("", "", nothing_to_grade(Verdict.NO_CHANGE, f"reverted: the change passed but was not "
+                                                                     f"measurably faster ({why})"), self.left_out)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from agent.checks import Checker, Evaluation, summarize
 from agent.checks.verdicts import Verdict
@@ -24,6 +24,16 @@ from agent.run.loop import run_loop
 from agent.run.model_spec import make_model
 from agent.run.tools import Toolbox, ToolResult
 from agent.task import Task
+
+
+@runtime_checkable
+class OfflinePolicy(Protocol):
+    """A scripted policy (agent.policies): its decisions as a record, and told what the run's full check of
+    its change decided (its summary anew, or None)."""
+
+    record: PolicyRecord | None
+
+    def judged(self, final: Evaluation) -> str | None: ...
 
 
 @dataclass
@@ -65,9 +75,13 @@ class OurLoop(Contestant):
         if run.outcome.interrupted is not None:
             return None
         emission = final_emission(ws, run.candidates, run.outcome)
-        # an offline policy emits only what its full evaluation finds faster: whether its quick check said faster or
-        # could not tell, a proven-safe change whose speed the full check leaves open is kept aside, not emitted
-        return emission.kept_aside(task.file) if policy_record(self.model) is not None else emission
+        if not isinstance(self.model, OfflinePolicy):
+            return emission
+        # an offline policy emits only what its full evaluation finds faster; it tells what that decided
+        told = self.model.judged(emission.evaluation)
+        if told is not None:
+            run.outcome.result = told
+        return emission.judged_on_speed(task.file)
 
     def interrupted(self, run: GradedRun) -> None:
         run.trajectory.add("interrupted", turn=run.outcome.num_turns, signal=run.outcome.interrupted)
@@ -103,5 +117,4 @@ def run_task(
 
 def policy_record(model: Model) -> PolicyRecord | None:
     """An offline policy's decisions as it left them (the rules policy's `record`); None for a chat model."""
-    record = getattr(model, "record", None)
-    return record if isinstance(record, PolicyRecord) else None
+    return model.record if isinstance(model, OfflinePolicy) else None

@@ -112,11 +112,10 @@ def test_read_checks_reads_the_evaluation():
                         ci_low=0.4, ci_high=0.6, p_value=0.01, verdict="faster")
     v = read_checks(checks_result(Evaluation(verdict="fail", correctness=Correctness(plain=plain, poison=poison),
                                                perf=faster)))
-    assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]" and v.faster
+    assert not v.passed and v.failure == "tests/t.py::test_replay[draft_topk2-bs3]"
     assert (v.evidence, v.test) == ("poisoned tests", "tests/t.py::test_replay[draft_topk2-bs3]")
-    same = faster.model_copy(update={"metric": "x", "verdict": "no significant change", "ratio": 1.0})
-    v = read_checks(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=same)))
-    assert v.passed and not v.faster and v.perf_line.startswith("no significant change: x")
+    v = read_checks(checks_result(Evaluation(verdict="pass", correctness=Correctness(plain=plain), perf=faster)))
+    assert v.passed and v.failure == "verdict: pass"
 
 
 def test_read_checks_names_the_failing_mode_without_a_test_id():

@@ -250,32 +250,49 @@ def test_an_earlier_passing_state_is_not_emitted_in_place_of_the_final_one(tmp_p
     assert result.report.duration_ms >= 1000 * sum(c["evaluation"]["duration_s"] or 0 for c in checks) * 0.99
 
 
-class QuickFasterFullOpen(RecordedChecker):
-    """tiny_evidence, with speed: a quick check's clocks see the saving, the full check's cannot tell it from none."""
+class FullCheckSays(RecordedChecker):
+    """tiny_evidence, with the speed the full check finds: `faster` (its clocks see the saving), `open` (they
+    cannot tell it from none) or `same` (no significant change)."""
+
+    def __init__(self, task, speed: str):
+        super().__init__(task, tiny_evidence)
+        self.speed = speed
 
     def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False):
         ev = super().collect(patch, quick=quick, perf=perf, reference=reference)
         if not perf or not patch.strip():
             return ev
-        spread = 0.0001 if quick else 0.05
+        spread = {"faster": 0.0001, "open": 0.05, "same": 0.05}[self.speed]
         outside = OutsideClock(baseline_wall_s=[1.03 + spread * (i - 3.5) for i in range(8)],
                                candidate_wall_s=[1.0] * 8)
-        return ev.model_copy(update={"perf": PerfResult(metric="spin_ms", direction="lower", unit="ms", ratio=0.001,
-                                                        verdict="faster", baseline_median=30.0, candidate_median=0.03,
-                                                        outside=outside)})
+        said = (dict(verdict="no significant change", ratio=1.0, candidate_median=30.0) if self.speed == "same"
+                else dict(verdict="faster", ratio=0.001, candidate_median=0.03))
+        return ev.model_copy(update={"perf": PerfResult(metric="spin_ms", direction="lower", unit="ms",
+                                                        baseline_median=30.0, outside=outside, **said)})
 
 
-def test_the_rules_policy_keeps_aside_a_change_its_full_check_cannot_call_faster(tmp_path):
-    """The quick check said faster, the full check could not tell: what `rules` emits is what its full
-    evaluation finds faster, so the proven-safe change is kept aside, not emitted as a finding."""
+@pytest.mark.parametrize("speed", ["faster", "open", "same"])
+def test_the_rules_policy_emits_only_what_its_full_check_finds_faster(tmp_path, speed):
+    """`rules` runs no quick check of speed (it would run every test again); the run's full check measures its
+    proven-safe change: emitted when faster, kept aside when the noise leaves it open, reverted when no faster."""
     task, _ = make_task(tmp_path)
+    checker = FullCheckSays(task, speed)
     result = run_task(task, "rules", out_dir=tmp_path / "out", run_id="r", prices=load_prices(),
-                      lock_dir=tmp_path / "locks", checker=QuickFasterFullOpen(task, tiny_evidence))
+                      lock_dir=tmp_path / "locks", checker=checker)
     checks = json.loads(result.paths.checks.read_text())
-    assert [c["evaluation"]["perf"]["verdict"] for c in checks if c["evaluation"].get("perf")][-2:] == [
-        "faster", "not confirmed"], checks
-    ev = result.report.evaluation
-    assert ev is not None and ev.verdict == "no-change" and "speed not established" in ev.note, ev
-    assert result.paths.patch.read_text() == ""
-    assert "+    buf = torch.empty(src.shape" in result.paths.aside.read_text()
-    assert "faster in a quick check" in result.report.result
+    assert [c["full"] for c in checks if c["evaluation"].get("perf")] == [True], checks
+    ev, policy, told = result.report.evaluation, result.report.policy, result.report.result
+    assert ev is not None and policy is not None
+    assert told.startswith(f"rules policy: {policy.outcome}")
+    kept = "+    buf = torch.empty(src.shape"
+    if speed == "faster":
+        assert ev.verdict == "pass" and kept in result.paths.patch.read_text()
+        assert "faster in the full check" in told and not policy.reverted and not policy.speed_unknown
+    elif speed == "open":
+        assert ev.verdict == "no-change" and "speed not established" in ev.note, ev
+        assert result.paths.patch.read_text() == "" and kept in result.paths.aside.read_text()
+        assert "speed not established in the full check" in told and policy.speed_unknown
+    else:
+        assert ev.verdict == "no-change" and ev.note.startswith("reverted: the change passed but was not measurably")
+        assert result.paths.patch.read_text() == "" and not result.paths.aside.exists()
+        assert told.startswith("rules policy: reverted: the kept rewrites were not measurably faster") and policy.reverted
