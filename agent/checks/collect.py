@@ -303,8 +303,8 @@ def _bench_sides(sides: Sides, cand: Workspace, reference: bool) -> dict[str, Pa
     return out
 
 
-def _bench(sides: Sides, bench_sides: dict[str, Path], spec: PerfSpec | None = None) -> Bench:
-    spec = spec or sides.task.spec.perf
+def _bench(sides: Sides, bench_sides: dict[str, Path]) -> Bench:
+    spec = sides.task.spec.perf
     assert spec is not None
     return Bench(spec, bench_sides, sides.workdir / "bench", bin_dir=sides.interpreter().bin_dir,
                  sandbox=sides.sandbox, runner=sides.runner, warm=sides.warm,
@@ -342,7 +342,7 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
                         result.error, result.error_side = str(err), err.side
             c = samples.comparison if samples is not None else None
             if c is not None and not quick and firstcall.needed(c.verdict, c.ratio, spec):
-                result.first_call = _first_call(sides, bench_sides, spec, seed)
+                result.first_call = _first_call(sides, bench_sides, spec, seed, bench)
         finally:
             result.processes = bench.mode
             bench.close()
@@ -370,14 +370,13 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         e.reference = judge_reference(e.perf, ReferenceResult(samples=samples.values["reference"]))
 
 
-def _first_call(sides: Sides, bench_sides: dict[str, Path], task: PerfSpec, seed: int) -> FirstCall:
-    """The first call of baseline and candidate alone, interleaved in fresh processes
-    (agent.checks.firstcall). A baseline whose first call fails is the task's fault; a candidate's is
-    its error."""
+def _first_call(sides: Sides, bench_sides: dict[str, Path], task: PerfSpec, seed: int, bench: Bench) -> FirstCall:
+    """The first call of baseline and candidate alone, interleaved in fresh processes (agent.checks.firstcall),
+    by `bench`: the sampling's own, whose server forks them as it forked the samples. A baseline whose first
+    call fails is the task's fault; a candidate's is its error."""
     assert task.first_call is not None
     cold = task.model_copy(update={"command": task.first_call, "calls": 1})
     pair = {k: v for k, v in bench_sides.items() if k in ("baseline", "candidate")}
-    bench = _bench(sides, pair, cold)
     sides.log(f"perf: the first call alone, in fresh processes ({task.first_call})")
     try:
         s = perfmod.sample(pair, cold, FIRST_CALL, seed=seed, log=sides.log, bench=bench)
@@ -385,8 +384,6 @@ def _first_call(sides: Sides, bench_sides: dict[str, Path], task: PerfSpec, seed
         if e.side != "candidate":
             raise CheckError(f"the task's first_call command: {e}") from None
         return FirstCall(command=task.first_call, seed=seed, error=str(e))
-    finally:
-        bench.close()
     return FirstCall(command=task.first_call, seed=seed, baseline_samples=s.values["baseline"],
                      candidate_samples=s.values["candidate"],
                      alpha=s.comparison.alpha if s.comparison is not None else FirstCall().alpha)

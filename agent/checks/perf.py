@@ -222,7 +222,7 @@ class Bench:
                        for n, (side, root) in enumerate(sides.items())}
         self.server: WarmPython | None = None
         self.mode = "fresh processes"  # how the samples were started, for the report
-        self.cmd = cmd = parse_python(spec.command)
+        self.command, self.cmd = spec.command, (cmd := parse_python(spec.command))
         if warm and cmd is not None and WarmPython.available():
             scratch.mkdir(parents=True, exist_ok=True)
             self.mode = "forked from one warm server"
@@ -234,12 +234,15 @@ class Bench:
                                      preload=torch_preload(*sides.values()))
 
     def __call__(self, side: str, root: Path, spec: PerfSpec) -> Reading:
-        if self.server is None or self.cmd is None:
+        # another command of the same interpreter (the task's first_call) forks from the same server: no
+        # second torch import, and the same memory layout as the samples it is compared with
+        cmd = self.cmd if spec.command == self.command else parse_python(spec.command)
+        if self.server is None or self.cmd is None or cmd is None or cmd.interpreter != self.cmd.interpreter:
             return self._fresh(side, root, spec)
         key = new_key() if self.hook else None
         try:
             place = self.inside[side]
-            res = self.server.run(self.cmd, timeout_s=spec.timeout_s, cwd=place, key=key,
+            res = self.server.run(cmd, timeout_s=spec.timeout_s, cwd=place, key=key,
                                   env={"PYTHONPATH": str(place), **(clocks.ENV if key else {})},
                                   path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place))
         except WarmError as e:
