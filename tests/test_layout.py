@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -518,3 +520,74 @@ def test_the_stray_error_finder_finds_a_loose_error_and_an_undrawn_one(tmp_path)
         "agent/run/m.py: Loose: derives from ValueError, not PerfagentError",
         "agent/run/m.py: Loose: not in agent/errors.py's drawing",
         "agent/run/m.py: Fine: not in agent/errors.py's drawing"]
+
+
+# -- the command line imports package faces: `agent.<package>` (its __init__) or a top-level module, never deeper ----
+def faces(top: Path) -> set[str]:
+    """What the CLI may import: `top` itself, each package in it (its __init__.py, the face) and each top-level
+    module."""
+    return ({top.name} | {f"{top.name}.{p.stem}" for p in top.glob("*.py") if p.stem != "__init__"}
+            | {f"{top.name}.{d.name}" for d in top.iterdir() if (d / "__init__.py").is_file()})
+
+
+def deep_cli_imports(top: Path) -> list[str]:
+    """Each import in a module of the CLI (at any depth: functions too) that names a module of `top` other than a
+    face, as "file:line: module"; `from agent.review import load` names agent.review.load. The CLI's own modules
+    import each other freely."""
+    mods, allowed, cli = modules(top), faces(top), f"{top.name}.cli"
+    found = []
+    for path in sorted((top / "cli").rglob("*.py")):
+        name, where = module_name(path, top), path.relative_to(top.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = imported_from(name, path, node)
+                named = [base, *(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods)]
+            else:
+                continue
+            found += [(where, node.lineno, m) for m in named
+                      if inside(m, top.name) and m not in allowed and not inside(m, cli)]
+    return [f"{where}:{line}: {m}" for where, line, m in sorted(found)]
+
+
+def test_the_cli_imports_only_package_faces():
+    found = deep_cli_imports(ROOT / "agent")
+    assert found == [], ("import it from its package's face (`from agent.review import load_results`), re-exported "
+                         "by that package's __init__.py (lazily, agent.util.lazy_names, if heavy):\n"
+                         + "\n".join(found))
+
+
+def test_the_face_finder_finds_a_deep_import_at_module_and_function_level(tmp_path):
+    pkg = tmp_path / "agent"
+    for sub in ("cli", "review", "batch"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    for path in ("__init__.py", "options.py", "review/load.py", "cli/batch.py"):
+        (pkg / path).write_text("")
+    (pkg / "cli" / "check.py").write_text(
+        "import json\nfrom agent import __version__, options\nfrom agent.options import at_least\n"
+        "from agent.review import load_results\nfrom agent.cli.batch import add\nfrom . import batch\n"
+        "from agent.review.load import load_results\n"                         # line 7: deep, at module level
+        "def f():\n    from agent.review import load\n"                      # line 9: a submodule through the face
+        "    import agent.review.load\n    from ..review.load import x\n")  # lines 10, 11: absolute and relative
+    (pkg / "batch" / "driver.py").write_text("from agent.review.load import load_results\n")  # not the CLI
+    assert deep_cli_imports(pkg) == [f"agent/cli/check.py:{line}: agent.review.load" for line in (7, 9, 10, 11)]
+
+
+def test_every_name_a_face_exports_is_there():
+    """A lazy face's names (agent.util.lazy_names) are strings until used: each must resolve in its home."""
+    import importlib
+
+    missing = [f"{face}.{n}" for face in sorted(faces(ROOT / "agent") - {"agent.__main__", "agent.cli"})
+               for n in getattr(importlib.import_module(face), "__all__", []) if not hasattr(sys.modules[face], n)]
+    assert missing == []
+
+
+def test_importing_the_cli_loads_none_of_the_faces_lazy_names():
+    """The CLI's start-up: its faces load their heavy modules only when a command uses them."""
+    heavy = ("agent.checks", "agent.review.load", "agent.results.tables", "agent.interchange.export",
+             "agent.interchange.task_import", "agent.env.workspace", "agent.analyzers")
+    code = f"import sys, agent.cli; print(*[m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split() == []

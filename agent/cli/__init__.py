@@ -12,7 +12,7 @@ from rich.console import Console
 from agent import __version__
 from agent.cli import batch, check, export, lint, review, run, tasks
 from agent.options import empty_flags
-from agent.run.entry import UserError, guarded
+from agent.run import UserError, guarded
 
 COMMANDS = (run, lint, tasks, check, batch, review, export)  # each adds its parsers, in the order the README lists
 

@@ -10,7 +10,7 @@ from dataclasses import fields
 from rich.console import Console
 
 from agent.agents import AGENT_NAMES, OWN_AGENT, PREDICTION
-from agent.batch.request import BASELINE, SetRequest, contestants, run_set, started
+from agent.batch import BASELINE, SetRequest, contestants, run_set, started
 from agent.options import above_zero, add_run_flags, at_least, options_from_args
 
 
@@ -24,7 +24,7 @@ def cmd_batch(args: argparse.Namespace, out: Console) -> int:
 
 def check_predictions(args: argparse.Namespace, out: Console) -> int:
     """`check SET --predictions FILE...`: every prediction graded as a batch job, beside the baseline."""
-    from agent.interchange.sources import read_sources
+    from agent.interchange import read_sources
 
     given = read_sources(args.predictions, args.task)
     if given.no_reference:
@@ -43,7 +43,7 @@ def _request(args: argparse.Namespace) -> SetRequest:
 
 def _run_set(req, out: Console, run_id: str, plan, **how) -> int:
     """The batch, its summary tables; exit 1 if any job failed."""
-    from agent.results.tables import summary_tables
+    from agent.results import summary_tables
 
     result = run_set(req, run_id, plan, **how)
     for table in summary_tables(result.summary):

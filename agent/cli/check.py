@@ -11,7 +11,7 @@ from rich.console import Console
 
 from agent.cli.batch import add_set_flags, check_predictions
 from agent.options import options_from_args
-from agent.run.entry import UserError
+from agent.run import UserError
 from agent.task import load_task
 
 EXIT_NOT_PASSED = 3  # check --strict: graded, and not a pass
@@ -31,8 +31,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
     if set_only:
         raise UserError(f"{set_only[0]} goes with --predictions (a set of tasks); --patch grades one")
     task = load_task(args.task)
-    from agent.checks import evaluation_table
-    from agent.checks.standalone import check_patch, regrade, with_initcheck
+    from agent.checks import check_patch, evaluation_table, regrade, with_initcheck
 
     task = with_initcheck(task) if args.initcheck else task
     if args.regrade:  # nothing runs: the task's repository need not even be there
@@ -44,7 +43,7 @@ def cmd_check(args: argparse.Namespace, out: Console) -> int:
                                log=(lambda m: None) if args.json == "-" else
                                (lambda m: err.print(f"[dim]{m}[/]", highlight=False)))
     if args.evidence:  # sealed: `--regrade` grades only evidence this machine's perfagent wrote
-        from agent.util.seal import write_sealed
+        from agent.util import write_sealed
 
         write_sealed(Path(args.evidence), json.dumps(evidence.model_dump(mode="json"), indent=2) + "\n")
     text = json.dumps(ev.model_dump(mode="json"), indent=2)
@@ -62,7 +61,7 @@ def _flag(dest: str) -> str:
 
 
 def _check_exit(verdict: str, strict: bool) -> int:
-    from agent.checks.verdicts import Verdict
+    from agent.checks import Verdict
 
     return 1 if verdict == Verdict.ERROR else EXIT_NOT_PASSED if strict and verdict != Verdict.PASS else 0
 
@@ -70,8 +69,7 @@ def _check_exit(verdict: str, strict: bool) -> int:
 def _regraded(graded: list, json_to: str | None, out: Console, strict: bool) -> int:
     """Each regrading beside the verdict recorded then, and the last one's table; the exit code is the last
     grading's, as `check` gives it."""
-    from agent.checks import evaluation_table
-    from agent.checks.standalone import change
+    from agent.checks import change, evaluation_table
 
     evs = [ev for _, ev in graded]
     if json_to:

@@ -11,17 +11,16 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.options import at_least
-from agent.run.entry import UserError
+from agent.run import UserError
 
 
 def cmd_export(args: argparse.Namespace, out: Console) -> int:
-    from agent.interchange.export import (FORMATS, csv_text, load_jobs, prediction, predictions_json,
-                                          predictions_jsonl, repeated, select)
-    from agent.util.files import atomic_write
-    from agent.util.text import strip_controls
+    from agent.interchange import (EXPORT_FORMATS, csv_text, load_jobs, prediction, predictions_json,
+                                   predictions_jsonl, repeated, select)
+    from agent.util import atomic_write, strip_controls
 
-    if args.format not in FORMATS:
-        raise UserError(f"unknown format {args.format!r}; formats: {', '.join(FORMATS)}")
+    if args.format not in EXPORT_FORMATS:
+        raise UserError(f"unknown format {args.format!r}; formats: {', '.join(EXPORT_FORMATS)}")
     jobs = select([j for run in args.runs for j in load_jobs(run)], sample=args.sample, model=args.model)
     if args.format == "csv":
         text, what = csv_text(jobs), f"{len(jobs)} row(s)"

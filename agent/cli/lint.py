@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from agent.run.entry import UserError
+from agent.run import UserError
 
 
 def cmd_lint(args: argparse.Namespace, out: Console) -> int:

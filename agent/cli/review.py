@@ -11,12 +11,12 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.options import at_least
-from agent.run.entry import UserError
+from agent.run import UserError
 
 
 def cmd_review(args: argparse.Namespace, out: Console) -> int:
     if args.trajectory or args.turn is not None:  # one job's turns, step by step
-        from agent.review.trajectory import show_trajectory
+        from agent.review import show_trajectory
 
         if args.json:
             raise UserError("--json shows runs; --trajectory shows one job's turns as text")
@@ -24,11 +24,11 @@ def cmd_review(args: argparse.Namespace, out: Console) -> int:
         return 0
     results = _results(args.results, args.all)
     if args.json:
-        from agent.review.dump import review_json
+        from agent.review import review_json
 
         print(json.dumps(review_json(results, task=args.task, sort=args.sort), indent=2))
     else:
-        from agent.review.terminal import render_review
+        from agent.review import render_review
 
         render_review(out, results, task=args.task, sort=args.sort, diff=args.diff, findings=args.findings)
     return 0
@@ -36,7 +36,7 @@ def cmd_review(args: argparse.Namespace, out: Console) -> int:
 
 def _results(path: str, pooled: bool):
     """One run's results; with --all, a folder of several runs pooled into one view, and a line that says so."""
-    from agent.review.load import load_results, several_runs
+    from agent.review import load_results, several_runs
 
     results = load_results(path, pooled=pooled)
     runs = several_runs(Path(path)) if pooled else []
@@ -47,14 +47,14 @@ def _results(path: str, pooled: bool):
 
 
 def cmd_runs(args: argparse.Namespace, out: Console) -> int:
-    from agent.review.runs import runs_text
+    from agent.review import runs_text
 
     sys.stdout.write(runs_text(args.dir, as_json=args.json))
     return 0
 
 
 def cmd_report(args: argparse.Namespace, out: Console) -> int:
-    from agent.review.html import write_html
+    from agent.review import write_html
 
     results = _results(args.results, args.all)
     path = write_html(results, Path(args.html))
@@ -63,15 +63,15 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: Console) -> int:
-    from agent.review.load import load_results
+    from agent.review import load_results
 
     a, b = load_results(args.run_a), load_results(args.run_b)
     if args.json:
-        from agent.review.dump import compare_json
+        from agent.review import compare_json
 
         print(json.dumps(compare_json(a, b), indent=2))
     else:
-        from agent.review.compare import render_compare
+        from agent.review import render_compare
 
         render_compare(out, a, b)
     return 0

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from agent.agents import AGENT_NAMES, OWN_AGENT
 from agent.options import add_run_flags, options_from_args
-from agent.run.entry import RunRequest, run_request
+from agent.run import RunRequest, run_request
 
 
 def cmd_run(args: argparse.Namespace, out: Console) -> int:

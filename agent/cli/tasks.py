@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.errors import EXIT_BAD_INPUT
-from agent.run.entry import UserError
+from agent.run import UserError
 from agent.task import Task, TaskError, TaskSpec, load_task_set
 
 TASKS_IMPORT = "tasks-import"  # `perfagent tasks import ...` (main() routes it here; `tasks [PATH]` stays as it is)
@@ -19,7 +19,7 @@ TASKS_IMPORT = "tasks-import"  # `perfagent tasks import ...` (main() routes it 
 
 def cmd_tasks(args: argparse.Namespace, out: Console) -> int:
     """Exit 0 when every task file is valid, 2 when one is not (one line each) or there are none."""
-    from agent.env.workspace import checked_bases
+    from agent.env import checked_bases
 
     entries = checked_bases(load_task_set(args.path))
     bad = [str(e) for e in entries if not isinstance(e, Task)]
@@ -66,12 +66,12 @@ def cmd_tasks_import(args: argparse.Namespace, out: Console) -> int:
     """GSO or SWE-bench records -> task files, each validated: exit 0 when all were written, 1 when some
     record could not be (one line each on stderr; the others are written), 2 on bad input (nothing written)
     or when a record was refused as unsafe (its one line names why; nothing of it is written)."""
-    from agent.interchange.task_import import FORMATS, import_records
+    from agent.interchange import IMPORT_FORMATS, import_records
 
     if args.format is None:
-        raise UserError(f"give --format: {' or '.join(FORMATS)}")
-    if args.format not in FORMATS:
-        raise UserError(f"unknown --format {args.format!r}; formats: {', '.join(FORMATS)}")
+        raise UserError(f"give --format: {' or '.join(IMPORT_FORMATS)}")
+    if args.format not in IMPORT_FORMATS:
+        raise UserError(f"unknown --format {args.format!r}; formats: {', '.join(IMPORT_FORMATS)}")
 
     def wrote(task_file: Path, imported) -> None:
         left = f"; not mapped: {len(imported.unmapped)} (in its comments)" if imported.unmapped else ""
