@@ -114,11 +114,13 @@ def hidden_names(command: str, root: Path, env: dict[str, str], sandbox: Sandbox
     return named + [p for p in (hidden_paths(found, root, env, sandbox) if found else []) if p not in named]
 
 
-def base_key(task: Task, commit: str, interpreter: Interpreter) -> str:
-    """Changes whenever the task file, its base commit, its interpreter or the sandbox does."""
+def base_key(task: Task, commit: str, interpreter: Interpreter, runner: str = "Sandboxed") -> str:
+    """Changes whenever the task file, its base commit, its interpreter, the sandbox or the command runner
+    (agent.env.runners: a recorded runner's answers never stand for real runs) does."""
     python = os.path.realpath(interpreter.python)
     doc = {"task": hashlib.sha256(task.file.read_bytes()).hexdigest(), "commit": commit, "python": python,
            "stamp": os.stat(python).st_mtime_ns if os.path.exists(python) else 0, "sandbox": isolation().mode,
+           **({"runner": runner} if runner != "Sandboxed" else {}),
            "venv": str(interpreter.venv or ""), "bin": str(interpreter.bin_dir or "")}  # a venv named by its python
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -100,7 +100,7 @@ class Sides:
         pass); TaskBroken when they fail, since every change would then fail and be blamed."""
         if self._base_runs is None:
             base = self.baseline()
-            key = preflight.base_key(self.task, base.base_commit, self.interpreter())
+            key = preflight.base_key(self.task, base.base_commit, self.interpreter(), type(self.runner).__name__)
             with preflight.held(key):  # a batch's other jobs of this task wait for this answer, then read it
                 runs = preflight.cached(key, self.log)
                 if runs is None:

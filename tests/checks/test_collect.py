@@ -3,13 +3,16 @@ checkouts and a real task, but no command runs, so each answer is scripted and e
 
 from __future__ import annotations
 
+import git
 import pytest
 
+from agent.checks import preflight
 from agent.checks.collect import Measuring, collect
 from agent.checks.perf import SamplingPolicy
 from agent.checks.sides import Sides, TaskBroken
 from agent.env.runners import Call, Recorded
 from agent.env.sandbox import SandboxSpec
+from agent.task import load_task
 from helpers import TESTS, make_patch, make_task
 
 FILES = {"pkg/__init__.py": "", "pkg/work.py": "ITERS = 10\n", "tests/test_work.py": "def test_w():\n    pass\n",
@@ -81,6 +84,22 @@ def test_failing_tests_never_sample_the_bench_and_the_base_is_checked_after(chec
     order = [(named(c), side(c)) for c in calls]
     assert order.index(("tests", "candidate")) < order.index(("tests", "baseline"))  # then: can the base pass?
     assert ("bench", "baseline") in order  # the base's check runs its bench once, untimed
+
+
+def test_a_recorded_base_never_stands_for_a_real_one(check, tmp_path):
+    """The base's record is cached on this machine; one a recorded runner made must never be what a real
+    check of the same task, commit and interpreter reads as its base."""
+    check({TESTS: [1, 0]})  # the base checked, and its (recorded) record remembered
+    task = load_task(tmp_path / "task.toml")
+    sides = Sides(task, tmp_path / "real", log=lambda _: None, warm=False)  # the real runner
+    try:
+        commit = git.Repo(task.repo).commit(task.spec.base).hexsha
+        real = preflight.base_key(task, commit, sides.interpreter(), type(sides.runner).__name__)
+        recorded = preflight.base_key(task, commit, sides.interpreter(), "Recorded")
+        assert preflight.cached(recorded, lambda _: None) is not None
+        assert preflight.cached(real, lambda _: None) is None
+    finally:
+        sides.close()
 
 
 def test_tests_that_fail_on_the_base_too_blame_the_task(check):
