@@ -1,7 +1,10 @@
 """The real Claude Code CLI, sealed in the sandbox, talking through the relay to a scripted Messages API.
 
 Each test scripts what "Claude" answers (Bash tool calls, then a final message) on a fake server on
-127.0.0.1; the real `claude` binary runs them in the task's workspace, and perfagent grades the result.
+127.0.0.1; the real `claude` binary runs them in the task's workspace, and perfagent grades the result. The
+seed scenario and the runs through the CLI (which takes no checker) grade with the real checks (sandboxed tests,
+poisoned run); the others, about what happens above the checks (cost, rounds, claims, what is emitted, errors),
+grade recorded evidence (tests/helpers.py: RecordedChecker).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, auth_error, hang, reply, tool_call
-from helpers import REPO, make_task
+from helpers import REPO, RecordedChecker, make_task, tiny_evidence
 
 from agent.agents import make_agent
 from agent.cli import main
@@ -51,10 +54,14 @@ def usage_of(*usages: dict) -> Usage:
     return total
 
 
-def run_claude(task, server: FakeServer, tmp_path: Path, *, rounds: int = 1, **limits) -> Report:
+def run_claude(task, server: FakeServer, tmp_path: Path, *, rounds: int = 1, recorded: bool = True,
+               **limits) -> Report:
+    """`recorded`: graded from tiny_evidence (make_task's repo; the grader seam), else by the real checks."""
     budget = {"max_turns": 40, "max_cost_usd": 5.0, "timeout_s": 300.0} | limits
+    checker = RecordedChecker(task, tiny_evidence) if recorded else None
     result = run_external(task, make_agent("claude-code", MODEL), out_dir=tmp_path / "out", run_id="r1",
-                          prices=load_prices(), limits=Limits(**budget), rounds=rounds, base_url=server.url)
+                          prices=load_prices(), limits=Limits(**budget), rounds=rounds, base_url=server.url,
+                          checker=checker)
     return result.report
 
 
@@ -71,7 +78,7 @@ def test_seed_scenario_claim_rejected_by_the_poison_run(tmp_path, fake_server, s
     task = load_task(REPO / "tasks" / "cuda-graph-buffers.toml")
     fake_server.script([bash("sed -i 's/torch\\.zeros(/torch.empty(/g' miniattn/flashattention_backend.py"),
                         final(SEED_CLAIM)])
-    report = run_claude(task, fake_server, tmp_path)
+    report = run_claude(task, fake_server, tmp_path, recorded=False)  # the family's one run through the real checks
 
     assert report.subtype == "success" and report.agent is not None
     assert report.agent.claim == SEED_CLAIM and report.agent.version
@@ -153,12 +160,14 @@ def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
 @pytest.mark.slow
 def test_a_hanging_provider_ends_in_a_timeout_with_a_report(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
-    fake_server.script([hang(60)] * 5)
+    # held past the run's 8 s and hung up at 15 s: the relay's drain at close (up to 30 s) ends there
+    fake_server.script([hang(15)] * 5)
     report = run_claude(task, fake_server, tmp_path, timeout_s=8.0)
 
     assert report.subtype == "error_during_execution"
     assert report.result.startswith("timed out after 8s")
     assert report.verdict == "no-change"
+    assert fake_server.requests  # it was the provider that hung, not the agent that never asked
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@
 Each test scripts what the model answers in mini's text protocol (prose, then one ```mswea_bash_command
 block; `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` to finish) on a fake server on 127.0.0.1. mini runs
 the commands in the task's workspace through litellm, perfagent's relay meters every response, and the
-checks grade the change. Nothing here needs the network or a key.
+checks grade the change: the real ones in the first test and through the CLI; elsewhere, where the test is about
+what happens above the checks, recorded evidence (tests/helpers.py: RecordedChecker). Nothing here needs the
+network or a key.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, Recorded, Turn, auth_error, reply
-from helpers import make_tiny_task
+from helpers import RecordedChecker, make_tiny_task, tiny_task_evidence
 
 from agent.agents import make_agent
 from agent.agents.base import Session
@@ -78,10 +80,12 @@ def keys(monkeypatch):
 
 
 def run_mini(task: Task, base_url: str, tmp_path: Path, *, model: str = OPENAI_MODEL, rounds: int = 1,
-             events: list | None = None) -> Report:
+             events: list | None = None, recorded: bool = True) -> Report:
+    """`recorded`: graded from tiny_task_evidence (the grader seam), else by the real checks."""
+    checker = RecordedChecker(task, tiny_task_evidence) if recorded else None
     result = run_external(task, make_agent("mini-swe-agent", model), out_dir=tmp_path / "out", run_id="m1",
                           prices=load_prices(), limits=Limits(max_turns=40, max_cost_usd=5.0, timeout_s=300.0),
-                          rounds=rounds, base_url=base_url,
+                          rounds=rounds, base_url=base_url, checker=checker,
                           on_event=(lambda kind, data: events.append((kind, data))) if events is not None
                           else (lambda kind, data: None))
     return result.report
@@ -92,10 +96,11 @@ def patch_of(tmp_path: Path, run_id: str = "m1") -> str:
 
 
 def test_openai_session_edits_claims_and_is_metered(task, tmp_path, fake_server, keys):
+    """The family's one run through the real checks (sandboxed tests, poisoned run)."""
     fake_server.script([turn("f overwrites buf entirely; use torch.empty.", SAFE_SED, U1),
                         turn(CLAIM, SUBMIT, U2)])
     events: list = []
-    report = run_mini(task, fake_server.openai_url, tmp_path, events=events)
+    report = run_mini(task, fake_server.openai_url, tmp_path, events=events, recorded=False)
 
     assert report.subtype == "success" and report.verdict == "pass", report.result
     assert "+    buf = torch.empty(n)" in patch_of(tmp_path) and patch_of(tmp_path).count("torch.empty") == 1
