@@ -247,29 +247,27 @@ class RecordedChecker:
         pass
 
 
-def tiny_evidence(patch: str) -> Evidence:
-    """What the checks find on make_task's repo: UNSAFE's buffer is read before it is written."""
+def poisoned_evidence(patch: str, unsafe: str, failing_test: str) -> Evidence:
+    """Recorded evidence of a small repo: the tests pass, and also under poisoned memory unless the patch
+    holds `unsafe` (a buffer read before it is written), which fails `failing_test` there."""
     if not patch.strip():
         return Evidence(changes=False)
     plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=0.5)
     poisoned = plain.model_copy(update={"name": "poison"})
-    if "+    buf = torch.empty(N)" in patch:
-        poisoned = poisoned.model_copy(update={"exit_code": 1, "passed": False,
-                                               "failing_tests": ["tests/test_buffers.py::test_half_ones"]})
+    if unsafe in patch:
+        poisoned = poisoned.model_copy(update={"exit_code": 1, "passed": False, "failing_tests": [failing_test]})
     return Evidence(correctness=Correctness(plain=plain, poison=poisoned), duration_s=1.0)
+
+
+def tiny_evidence(patch: str) -> Evidence:
+    """What the checks find on make_task's repo: UNSAFE's buffer is read before it is written."""
+    return poisoned_evidence(patch, "+    buf = torch.empty(N)", "tests/test_buffers.py::test_half_ones")
 
 
 def tiny_task_evidence(patch: str) -> Evidence:
     """What the checks find on make_tiny_task's repo: f's buffer may be empty; g's (read before it is all
     written: the line after it in the diff is g's partial fill) fails test_g under poisoned memory."""
-    if not patch.strip():
-        return Evidence(changes=False)
-    plain = CommandRun(name="plain", command="pytest", exit_code=0, passed=True, duration_s=0.5)
-    poisoned = plain.model_copy(update={"name": "poison"})
-    if "+    buf = torch.empty(n)\n     buf[: n // 2] = 1.0" in patch:
-        poisoned = poisoned.model_copy(update={"exit_code": 1, "passed": False,
-                                               "failing_tests": ["tests/test_mod.py::test_g"]})
-    return Evidence(correctness=Correctness(plain=plain, poison=poisoned), duration_s=1.0)
+    return poisoned_evidence(patch, "+    buf = torch.empty(n)\n     buf[: n // 2] = 1.0", "tests/test_mod.py::test_g")
 
 
 # -- results folders in the shapes a run or a batch leaves ---------------------------------------------
