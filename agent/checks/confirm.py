@@ -186,22 +186,44 @@ def figures(wall: dict[str, list[float | None]], cpu: dict[str, list[float | Non
 
 
 def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, calls: int,
-            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]]) -> bool:
-    """Whether sampling can stop on a "faster" the metric gives: the rule's answer is already clear at
-    EARLY_REFUTATION, stricter than the graded 95% because it is looked at after every round: every
-    clock rules the claimed saving out, or one sees a saving and does not rule the claim out. Otherwise it
-    goes on to the policy's last pair, so a few noisy pairs cannot let a forged line through, nor an
-    early burst of load refute a true gain."""
+            wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]], *,
+            max_pairs: int | None = None) -> str | None:
+    """Whether sampling can stop on a "faster" the metric gives: "" once the rule's answer is clear at
+    EARLY_REFUTATION, stricter than the graded 95% because it is looked at after every round (every
+    clock rules the claimed saving out, or one sees a saving and does not rule the claim out); a reason
+    once no clock can answer by pair `max_pairs` (`futile`); None: sample on, so a few noisy pairs
+    cannot let a forged line through, nor an early burst of load refute a true gain."""
     if c.verdict != PerfVerdict.FASTER:
-        return True
+        return ""
     f = figures(wall, cpu)
     diffs = [d for d in (_differences(f.baseline_wall_s, f.candidate_wall_s),
                          _differences(f.baseline_cpu_s, f.candidate_cpu_s)) if d is not None]
     clocks = [saving_interval(d) for d in diffs]
     per_unit = seconds_per_unit(metric, unit)
     if not clocks or per_unit is None or c.baseline_median is None:
-        return True
+        return ""
     need = least_claimed_saving(c.baseline_median, c.ci_low, c.ci_high, direction, calls, per_unit)
     strict = [saving_interval(d, EARLY_REFUTATION) for d in diffs]
-    return all(k.high_s < need for k in strict) or any(k.low_s > 0 and c.high_s >= need
-                                                       for k, c in zip(strict, clocks))
+    if all(k.high_s < need for k in strict) or any(k.low_s > 0 and c.high_s >= need for k, c in zip(strict, clocks)):
+        return ""
+    return futile(clocks, need, len(diffs[0]), max_pairs) if max_pairs is not None else None
+
+
+# A clock whose interval, shrunk to the last pair (width ~ 1/sqrt(n)), is still FUTILE_MARGIN times the
+# claimed saving cannot confirm it there but by luck: were the claim true, its estimate would have to
+# land that far above it (z > 1.96 x 2/3: under 10% of runs). Judged from FUTILE_FROM pairs, where the
+# signed-rank interval is no longer the whole range of the differences.
+FUTILE_MARGIN = 3.0
+FUTILE_FROM = 8
+
+
+def futile(clocks: list[ClockSaving], need: float, n: int, max_pairs: int) -> str | None:
+    """Why sampling on cannot answer the claim of `need` seconds saved per process, or None where it
+    still can. Stopping then costs no honest answer: "speed not established", which fails nothing."""
+    if need <= 0 or n < FUTILE_FROM or n >= max_pairs:
+        return None
+    shrunk = [(k.high_s - k.low_s) / 2 * math.sqrt(n / max_pairs) for k in clocks]
+    if min(shrunk) <= FUTILE_MARGIN * need:
+        return None
+    return (f"the harness's clock cannot tell the claimed {seconds(need)} per process from no saving by pair "
+            f"{max_pairs} (+/- {seconds(min(shrunk))} expected there)")

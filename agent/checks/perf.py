@@ -332,10 +332,11 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                         seed, alpha=level)
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
-            unanswered = policy.confirm and n < policy.max_pairs and why is not None
-            if unanswered and not settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall,
-                                          cpu):
-                why = None  # the metric says faster; the harness's clock has not said yes or no yet
+            if policy.confirm and n < policy.max_pairs and why is not None:
+                clock = settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall, cpu,
+                                max_pairs=policy.max_pairs)
+                # None: the metric says faster; the harness's clock has not said yes or no yet, and still can
+                why = None if clock is None else f"{why}; {clock}" if clock else why
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break

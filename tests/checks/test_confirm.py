@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agent.checks.confirm import (claimed_saving, decide, figures, judge, saving_interval, seconds,
-                                  seconds_per_unit, settled)
+                                  seconds_per_unit, settled, futile)
 from agent.checks.evaluation import ClockSaving, OutsideClock, PerfResult
 from agent.checks.stats import Comparison
 
@@ -152,19 +152,37 @@ def test_sampling_stops_early_only_on_a_refutation_at_the_stricter_level():
     wall, cpu = clocks(base, cand)
     d = [b - c for b, c in zip(base, cand)]
     assert saving_interval(d).high_s < 0.010 <= saving_interval(d, 0.995).high_s
-    assert not settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, wall, cpu)
+    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, wall, cpu) is None
     cand[-1] = 0.050
-    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand))
+    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand)) == ""
 
 
-def test_sampling_goes_on_while_no_clock_can_tell():
-    """A claim inside the clock's noise: neither answer is clear, so it samples to the last pair."""
+def test_sampling_goes_on_while_no_clock_can_tell_but_one_still_could():
+    """A claim inside the clock's noise: neither answer is clear, so it samples on while the last pair
+    could still tell the claim from no saving, and stops once even the last pair could not but by luck."""
     base = [0.050, 0.090, 0.020, 0.070, 0.040, 0.080, 0.030, 0.060, 0.055, 0.045]
     cand = [0.060, 0.040, 0.070, 0.030, 0.080, 0.020, 0.065, 0.050, 0.045, 0.055]
-    assert not settled(faster(20.0, 19.0, 10), "lower", "t_ms", "ms", 1, *clocks(base, cand))
+    wide = saving_interval([b - c for b, c in zip(base, cand)])
+    assert wide.low_s < 0 < 0.001 < wide.high_s  # 1 ms claimed: the clock can tell it from neither
+    assert settled(faster(20.0, 19.0, 10), "lower", "t_ms", "ms", 1, *clocks(base, cand)) is None
+    # by pair 20 the interval is about sqrt(2) narrower: still ten times the claim, so sampling stops, saying why
+    why = settled(faster(20.0, 19.0, 10), "lower", "t_ms", "ms", 1, *clocks(base, cand), max_pairs=20)
+    assert why and "cannot tell the claimed" in why and "by pair 20" in why, why
+    # a claim of 30 ms x 1 call is within reach of 200 pairs: sample on
+    assert settled(faster(50.0, 20.0, 10), "lower", "t_ms", "ms", 1, *clocks(base, cand), max_pairs=200) is None
+
+
+def test_futility_needs_enough_pairs_and_a_time_claim():
+    """Too few pairs (the interval is the whole range below 8) or no claimed time: no futility call."""
+    wide = ClockSaving(estimate_s=0.0, low_s=-0.05, high_s=0.05, confidence=0.95)
+    assert futile([wide], 0.001, 7, 20) is None and futile([wide], 0.0, 10, 20) is None
+    assert futile([wide], 0.001, 20, 20) is None  # the last pair: the graded answer, not a stop
+    assert futile([wide], 0.001, 10, 20) and futile([wide, wide], 0.001, 10, 20)
+    narrow = ClockSaving(estimate_s=0.0, low_s=-0.002, high_s=0.002, confidence=0.95)
+    assert futile([wide, narrow], 0.001, 10, 20) is None  # one clock that can still tell is enough
 
 
 def test_a_gain_every_clock_sees_stops_at_once():
     base = [0.060, 0.061, 0.059, 0.060, 0.062, 0.060, 0.058]
     cand = [x - 0.010 for x in base]
-    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand))
+    assert settled(faster(20.0, 10.0, 7), "lower", "t_ms", "ms", 1, *clocks(base, cand)) == ""

@@ -16,7 +16,7 @@ import pytest
 from agent.checks import FULL, Checker, SamplingPolicy, summarize
 from agent.checks import collect
 from agent.checks.lock import device_lock, lock_path
-from agent.checks.perf import parse_metric, sample
+from agent.checks.perf import Reading, parse_metric, sample
 from agent.checks.stats import sequential_alpha
 from agent.env.warm import WarmPython
 from agent.task import PerfSpec
@@ -101,6 +101,28 @@ def test_noise_that_hides_the_answer_is_inconclusive_after_max_pairs():
     c = s.comparison
     assert len(s.values["candidate"]) == 20 and c.verdict == "inconclusive" and c.cv > 0.3
     assert c.stop_reason == "max pairs reached (20), interval wider than min effect"
+
+
+def test_a_gain_the_outside_clock_can_never_answer_stops_sampling_early_and_says_why():
+    """The metric calls 10 ms of one call faster; each process's own time swings by a second (an import
+    that dwarfs the timed call): no clock can tell 10 ms by pair 20, so sampling stops at the first look
+    that knows it, not at pair 20, and the stop reason says so. With the clock steady, it confirms."""
+    def bench(swing: float):
+        rng = random.Random(5)
+
+        def one(side: str, root: Path, spec: PerfSpec) -> Reading:
+            value = {"baseline": 100.0, "candidate": 90.0}[side] * (1 + rng.uniform(-0.01, 0.01))
+            wall = 10.0 + rng.uniform(-swing, swing) + value / 1e3
+            return Reading(value, "ms", "wall-clock", wall, wall)
+        return one
+
+    spec = PerfSpec(command="x", metric="t_ms", min_effect=0.03, calls=1)
+    sides = {"baseline": Path("b"), "candidate": Path("c")}
+    noisy = sample(sides, spec, FULL, seed=2, bench=bench(1.0))
+    assert noisy.comparison.verdict == "faster" and len(noisy.values["baseline"]) == 8
+    assert "cannot tell the claimed" in noisy.comparison.stop_reason, noisy.comparison.stop_reason
+    steady = sample(sides, spec, FULL, seed=2, bench=bench(0.0001))
+    assert len(steady.values["baseline"]) == 7 and steady.comparison.stop_reason == "significant after 7 pairs"
 
 
 def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
