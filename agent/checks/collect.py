@@ -125,7 +125,7 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
         # a quick check runs the bench once for its line records alone (no poison, no sanitizer): grade
         # never calls faster a change whose lines the bench did not run
         _correctness(sides, cand, e, changed, allocations, bench=spec.perf is not None and (measure or not quick),
-                     lines_only=quick)
+                     lines_only=quick, heal=quick)
         if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
             # evidence beside the tests', whether or not they failed
             e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
@@ -139,15 +139,19 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
 
 
 def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileLines],
-                 allocations: dict[str, tuple[str, list[int]]], *, bench: bool, lines_only: bool = False) -> None:
+                 allocations: dict[str, tuple[str, list[int]]], *, bench: bool, lines_only: bool = False,
+                 heal: bool = False) -> None:
     """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments;
-    (`lines_only`, a quick check) under the line recorder alone, to learn which changed lines it runs."""
+    (`lines_only`, a quick check) under the line recorder alone, to learn which changed lines it runs.
+    `heal` (a quick check): the sanitizer zero-fills a changed line's buffer once it records its read,
+    so one poisoned run names every buffer read uninitialised (agent.checks.sanitizer.prepare)."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
     folders = {name: coverage.prepare(workdir / name, cand.root, py_files, changed) if py_files else None
                for name in ("coverage", "bench-coverage")}
-    reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels)
+    reads = {name: (sanitizer.prepare(workdir / name, cand.root, py_files, spec.kernels,
+                                      heal=changed if heal and name == "sanitizer" else None)
                     if py_files and spec.sanitizing and not (lines_only and name == "bench-sanitizer") else None)
              for name in ("sanitizer", "bench-sanitizer")}
     launcher = sides.tests()

@@ -10,7 +10,9 @@ outside aten, and the functions named in "kernels" (opaque kernels), count every
 as read. Each read of uninitialised elements is appended as a JSON line to a file of this
 process's own in <folder>: which buffer (allocation site), which op and argument, how many
 elements, where it was called from, and which test was running (PERFAGENT_TEST, or pytest's
-PYTEST_CURRENT_TEST). Runs in the target's interpreter: standard library and torch only.
+PYTEST_CURRENT_TEST). A buffer allocated on a line in "heal" (a quick check's changed lines) is then
+zero-filled, as the `torch.zeros` it replaced was, so the run goes on to its next reads. Runs in the
+target's interpreter: standard library and torch only.
 
 Memory that reaches a tensor from outside aten is tracked too (`_HostSources`): `numpy.empty` and
 `empty_like` called from a target line fill their array with a pattern of their own (a NaN with
@@ -86,7 +88,7 @@ def start(folder, after_import, sign):
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
     out = open(os.path.join(folder, "reads.%d.%s" % (os.getpid(), os.urandom(4).hex())), "a", buffering=1)
-    sanitizer = _Sanitizer(torch, frozenset(config["targets"]), _Rows(out, sign))
+    sanitizer = _Sanitizer(torch, frozenset(config["targets"]), _Rows(out, sign), frozenset(config.get("heal", ())))
     sanitizer.rows.write("#started")
     sanitizer.install(config.get("kernels", []), after_import)
     atexit.register(sanitizer.close)
@@ -136,9 +138,10 @@ def _make_mode(torch, after_import):
 
 
 class _Sanitizer:
-    def __init__(self, torch, targets, rows):
+    def __init__(self, torch, targets, rows, heal=frozenset()):
         self.torch = torch
         self.targets = targets
+        self.heal = heal  # allocation sites zero-filled after their first recorded read (sanitizer.prepare)
         self.rows = rows
         self.shadows = {}  # storage data_ptr -> _Shadow
         self.seen = set()
@@ -450,14 +453,30 @@ class _Sanitizer:
         if at is not None and _REPORTERS.search(at):
             return  # a test runner printing a failure's values: what the code read came first
         key = (sh.site, op, arg, at, test)
-        if key in self.seen:
+        if key not in self.seen:
+            self.seen.add(key)
+            missing = ~view
+            first = [int(i) for i in missing.nonzero()[0]] if missing.dim() else []
+            self.rows.write(json.dumps({"site": sh.site, "op": op, "arg": arg, "uninitialised": int(missing.sum()),
+                                        "of": int(view.numel()), "index": first, "shape": list(t.shape),
+                                        "at": at, "via": via, "test": test or None, "pid": os.getpid()}))
+        if sh.site in self.heal:
+            self._zero_unwritten(sh)
+
+    def _zero_unwritten(self, sh):
+        """Zero every unwritten byte of the tracked storage and count it written: from here on the buffer
+        holds what the `torch.zeros` it replaced held, so the code runs on as the base's does."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        storage = sh.storage()
+        if storage is None:
             return
-        self.seen.add(key)
-        missing = ~view
-        first = [int(i) for i in missing.nonzero()[0]] if missing.dim() else []
-        self.rows.write(json.dumps({"site": sh.site, "op": op, "arg": arg, "uninitialised": int(missing.sum()),
-                                    "of": int(view.numel()), "index": first, "shape": list(t.shape),
-                                    "at": at, "via": via, "test": test or None, "pid": os.getpid()}))
+        with _disable_current_modes():
+            data = self.torch.empty(0, dtype=self.torch.uint8, device=storage.device).set_(storage)
+            unwritten = ~sh.mask.repeat_interleave(sh.elem)
+            n = min(unwritten.numel(), data.numel())
+            data[:n].masked_fill_(unwritten[:n].to(storage.device), 0)
+            sh.mask.fill_(True)
 
     def mark(self, t):
         sh = self.shadow(t)

@@ -30,12 +30,18 @@ NOT_STARTED = ("no process of the poisoned run imported torch with perfagent's h
                "or their interpreter skips sitecustomize)")
 
 
-def prepare(folder: Path, root: Path, files: list[str], kernels: list[str]) -> Path:
+def prepare(folder: Path, root: Path, files: list[str], kernels: list[str],
+            heal: list[FileLines] | None = None) -> Path:
     """An empty `folder` telling the processes which files' allocations to track and which functions
-    are opaque kernels (every tensor argument counts as read)."""
+    are opaque kernels (every tensor argument counts as read). `heal`: the changed lines whose buffers
+    are zero-filled once a read of them is recorded, as the `torch.zeros` a rewrite replaced would have
+    been, so the run goes on as the base's would and one run finds every such read, not the first per
+    test (a quick check's search; a graded check never heals: its poisoned tests must see the garbage)."""
     folder.mkdir(parents=True, exist_ok=True)
     empty_folder(folder)
-    (folder / "config.json").write_text(json.dumps({"targets": target_paths(root, files), "kernels": kernels}))
+    sites = sorted({f"{p}:{n}" for f in heal or [] for p in target_paths(root, [f.path]) for n in f.lines})
+    (folder / "config.json").write_text(json.dumps({"targets": target_paths(root, files), "kernels": kernels,
+                                                    "heal": sites}))
     return folder
 
 

@@ -445,16 +445,23 @@ def test_a_memo_across_the_benchs_repeated_calls_is_not_faster(tmp_path, spellin
 def test_a_safe_change_whose_speed_the_noise_hides_is_kept_aside_not_emitted_nor_lost(tmp_path):
     """`run --model rules` where the bench's figure is noise: the rewrites are proven safe, their speed
     can never be told. The run says so (not "no change" for nothing), emits no model_patch.diff, and
-    keeps the change as speed_unknown.diff, which `perfagent check --patch` grades again."""
+    keeps the change as speed_unknown.diff, which `perfagent check --patch` grades again.
+
+    Pure noise still reads "slower" in 2.5% of runs by design (the test's level, agent.checks.stats),
+    and the run then reverts, as the evidence says (2 of 16 at load 8 here, one in a CI run). So a
+    run reverted on a "slower" is retried once: the test fails only where both runs are."""
     lab = make_evidence_lab(tmp_path, "noisy")
-    proc = lab.perfagent("run", str(lab.task), "--model", "rules", "--run-id", "r1", "--out", str(lab.out),
-                         "--quiet", env={"PERFAGENT_LOCK_DIR": str(tmp_path / "locks")})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    job = lab.out / "patches" / "r1" / lab.task_id
+    for run_id in ("r1", "r2"):
+        proc = lab.perfagent("run", str(lab.task), "--model", "rules", "--run-id", run_id, "--out", str(lab.out),
+                             "--quiet", env={"PERFAGENT_LOCK_DIR": str(tmp_path / "locks")})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads((lab.out / "results" / run_id / lab.task_id / "report.json").read_text())
+        if not report["policy"]["outcome"].startswith("reverted: the kept rewrites were not measurably faster (slower"):
+            break
+    job = lab.out / "patches" / run_id / lab.task_id
     assert (job / "model_patch.diff").read_text() == ""
     aside = job / "speed_unknown.diff"
-    assert aside.is_file() and "+        self.keys = torch.empty(" in aside.read_text(), proc.stderr[-2000:]
-    report = json.loads((lab.out / "results" / "r1" / lab.task_id / "report.json").read_text())
+    assert aside.is_file() and "+        self.keys = torch.empty(" in aside.read_text(), report["policy"]["outcome"]
     ev = report["evaluation"]
     assert ev["verdict"] == "no-change" and "speed not established" in ev["note"] and "speed_unknown.diff" in ev["note"]
     assert report["policy"]["speed_unknown"] is True
