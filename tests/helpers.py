@@ -177,6 +177,42 @@ print(json.dumps({"metric": "spin_ms", "value": min(times), "unit": "ms"}))
 TESTS = "python -m pytest -q -p no:cacheprovider tests"
 
 
+# A kernel stub that checks its metadata, as SGLang's test stubs do: the first garbage it meets raises, so
+# with both buffers uninitialised, the second one's read never happens in a run that leaves the garbage there.
+CONTRACT = {"pkg/__init__.py": "", "pkg/contract.py": """\
+import torch
+
+
+class Metadata:
+    def __init__(self, n):
+        self.starts = torch.zeros(n, dtype=torch.int32)  # line 6
+        self.lens = torch.zeros(n, dtype=torch.int32)  # line 7
+
+
+def kernel(m):
+    for name in ("starts", "lens"):
+        if any(v != 0 for v in getattr(m, name).tolist()):
+            raise ValueError(f"{name} breaks the kernel's contract")
+    return 0
+""", "tests/test_contract.py": """\
+from pkg.contract import Metadata, kernel
+
+
+def test_a_fresh_batch_runs():
+    assert kernel(Metadata(8)) == 0
+"""}
+
+
+def contract_task(tmp_path: Path):
+    """CONTRACT's repo and a task of its tests alone (no bench); returns (task, repo path)."""
+    src = tmp_path / "src"
+    make_repo(src, CONTRACT)
+    toml = tmp_path / "task.toml"
+    toml.write_text(f'id = "contract"\nrepo = "{src}"\nprompt = "p"\nprotected = ["tests/**"]\n'
+                    '[correctness]\ncommand = "python -m pytest -q -p no:cacheprovider tests"\n')
+    return load_task(toml), src
+
+
 def make_task(tmp_path: Path, *, correctness: str = TESTS, poison: bool = True, perf: str = "python bench/bench.py",
               metric: str = "spin_ms", min_effect: float = 0.05, extra: str = "", files: dict | None = None):
     """A fixture repo with its task file; returns (task, repo path)."""

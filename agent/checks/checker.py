@@ -26,10 +26,12 @@ class Checker:
         self.sides = Sides(task, Path(workdir), log=log or (lambda _: None), warm=warm)
         self.measuring = Measuring(lock_dir, seed, full, quick)
 
-    def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evidence:
+    def collect(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False,
+                heal: bool = False) -> Evidence:
         """What the checks find on `patch` (a unified diff against base). Raises PatchError if it does not apply,
         TaskBroken if its tests fail and so do the task's on the unchanged base."""
-        return collect(self.sides, patch, quick=quick, perf=perf, reference=reference, measuring=self.measuring)
+        return collect(self.sides, patch, quick=quick, perf=perf, reference=reference, heal=heal,
+                       measuring=self.measuring)
 
     def evaluate(self, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False) -> Evaluation:
         """Grade `patch`. Raises PatchError if it does not apply."""

@@ -54,9 +54,10 @@ class Measuring:
 
 
 def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True, reference: bool = False,
-            measuring: Measuring = Measuring()) -> Evidence:
+            heal: bool = False, measuring: Measuring = Measuring()) -> Evidence:
     """Everything the checks can find on `patch` (a unified diff against base). Raises PatchError
-    if it does not apply."""
+    if it does not apply. `heal` (always, in a quick check): a search's check, where one run should name
+    every buffer read uninitialised (`_correctness`)."""
     start = time.monotonic()
     e = Evidence(task_id=sides.task.id, quick=quick)
     why = unreadable(patch)
@@ -75,7 +76,7 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
         return e.model_copy(update={"error": str(err)})
     try:
         _gather(sides, cand, e, patch_paths(patch), quick=quick, perf=perf, reference=reference,
-                measuring=measuring)
+                heal=heal or quick, measuring=measuring)
     except TaskBroken:
         raise
     except CheckError as err:
@@ -90,7 +91,7 @@ def collect(sides: Sides, patch: str, *, quick: bool = False, perf: bool = True,
 
 
 def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, quick: bool, perf: bool,
-            reference: bool, measuring: Measuring) -> None:
+            reference: bool, heal: bool, measuring: Measuring) -> None:
     """`written`: the paths the patch writes, as git reads the patch; the staged change must show each."""
     spec = sides.task.spec
     e.diff_stats = diff_stats(cand)  # stages everything
@@ -125,7 +126,7 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
         # a quick check runs the bench once for its line records alone (no poison, no sanitizer): grade
         # never calls faster a change whose lines the bench did not run
         _correctness(sides, cand, e, changed, allocations, bench=spec.perf is not None and (measure or not quick),
-                     lines_only=quick, heal=quick)
+                     lines_only=quick, heal=heal)
         if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
             # evidence beside the tests', whether or not they failed
             e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
@@ -143,8 +144,10 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
                  heal: bool = False) -> None:
     """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments;
     (`lines_only`, a quick check) under the line recorder alone, to learn which changed lines it runs.
-    `heal` (a quick check): the sanitizer zero-fills a changed line's buffer once it records its read,
-    so one poisoned run names every buffer read uninitialised (agent.checks.sanitizer.prepare)."""
+    `heal`: the sanitizer zero-fills a changed line's buffer once it records its read, so one poisoned
+    run names every buffer read uninitialised (agent.checks.sanitizer.prepare). That never turns a fail
+    into a pass (the read it follows fails the change), but the poisoned tests no longer meet that garbage:
+    for a search's checks, never a graded one."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]

@@ -5,8 +5,9 @@ poisoned tests, and a rewrite no test executes proves nothing. So every candidat
 a patch against the task's base, exactly as `perfagent check` grades one (plain and poisoned
 tests, the sanitizer's uninitialised reads, read sites and changed lines run, protected paths), and
 only verdict "pass" keeps it. All candidates are tried at once first; the ones the evidence names
-are dropped and the rest tried together again; what still fails unnamed is tried one by one on
-top of those already kept. Protected paths are never rewritten.
+(every buffer read uninitialised, in one check: its sanitizer zero-fills a buffer once it records the
+read, so the run goes on to the next) are dropped and the rest tried together again; what still fails
+unnamed is tried one by one on top of those already kept. Protected paths are never rewritten.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def verify_rewrites(task: Task, findings: Sequence[Finding], workdir: Path, *, l
     with Checker(task, Path(workdir) / "checks", lock_dir=lock_dir, log=log) as checker:
         def passes(subset: list[Finding]) -> tuple[Evidence, Evaluation]:
             try:
-                evidence = checker.collect(unified_diff(sources, _rewritten(sources, subset)), perf=False)
+                evidence = checker.collect(unified_diff(sources, _rewritten(sources, subset)), perf=False, heal=True)
             except PatchError as e:
                 raise CheckError(f"the rewrites do not apply to the task's base: {e}") from None
             ev = grade(evidence, task.spec)

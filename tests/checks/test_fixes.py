@@ -15,7 +15,7 @@ from agent.checks import CheckError, Checker
 from agent.checks.fixes import unified_diff, verify_rewrites
 from agent.env.workspace import Workspace
 from agent.task import load_task
-from helpers import FIXTURE, REPO, make_repo, make_task
+from helpers import CONTRACT, FIXTURE, REPO, contract_task, make_repo, make_task
 
 PREP = "import torch\n\n\ndef prep():\n    b = torch.zeros(3)\n    b.fill_(1.0)\n    return b\n"
 
@@ -45,6 +45,17 @@ def test_only_rewrites_the_checks_pass_are_kept_and_protected_paths_never(tmp_pa
     assert list(plan.files) == ["pkg/buffers.py"] and plan.evaluations == 2
     new = plan.files["pkg/buffers.py"]
     assert "buf = torch.empty(src.shape" in new and "buf = torch.zeros(N)" in new
+
+
+@pytest.mark.slow
+def test_every_buffer_read_uninitialised_is_named_by_one_check_even_where_the_first_read_stops_the_test(tmp_path):
+    """Both rewrites break the kernel stub's contract, and the stub raises at the first: the search's checks
+    zero-fill a buffer once its read is recorded, so the first check names both (it took 2: one per buffer)."""
+    task, src = contract_task(tmp_path)
+    plan = verify_rewrites(task, analyze_paths([src / "pkg"], root=src), tmp_path / "work")
+    assert [(d.finding.line, d.kept) for d in plan.decisions] == [(6, False), (7, False)]
+    assert all(d.reason.startswith("read before written: read by Tensor.tolist") for d in plan.decisions)
+    assert plan.evaluations == 1 and plan.files == {"pkg/contract.py": CONTRACT["pkg/contract.py"]}  # unchanged
 
 
 def test_a_file_that_differs_from_the_base_is_refused(tmp_path):

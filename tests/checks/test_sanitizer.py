@@ -18,7 +18,7 @@ from agent.checks.patchinfo import FileLines
 from agent.checks.records import new_key
 from agent.checks.sanitizer import collect, prepare
 from agent.task import load_task
-from helpers import key_fd, make_patch, make_repo
+from helpers import CONTRACT, contract_task, key_fd, make_patch, make_repo
 
 pytest.importorskip("torch")
 
@@ -273,32 +273,7 @@ def test_a_buffer_written_before_every_read_passes_and_the_task_can_turn_it_off(
     assert ev.verdict == "pass" and ev.sanitizer is None
 
 
-# A kernel stub that checks its metadata, as SGLang's test stubs do: the first garbage it meets raises, so
-# the reads after it (the second buffer's) never happen in a run that leaves the garbage there.
-CONTRACT = """\
-import torch
-
-
-class Metadata:
-    def __init__(self, n):
-        self.starts = torch.zeros(n, dtype=torch.int32)  # line 6
-        self.lens = torch.zeros(n, dtype=torch.int32)  # line 7
-
-
-def kernel(m):
-    for name in ("starts", "lens"):
-        if any(v != 0 for v in getattr(m, name).tolist()):
-            raise ValueError(f"{name} breaks the kernel's contract")
-    return 0
-"""
-CONTRACT_TEST = """\
-from pkg.contract import Metadata, kernel
-
-
-def test_a_fresh_batch_runs():
-    assert kernel(Metadata(8)) == 0
-"""
-BOTH_EMPTY = {"pkg/contract.py": CONTRACT.replace("torch.zeros", "torch.empty")}
+BOTH_EMPTY = {"pkg/contract.py": CONTRACT["pkg/contract.py"].replace("torch.zeros", "torch.empty")}
 
 
 @pytest.mark.slow
@@ -307,13 +282,9 @@ def test_a_quick_check_names_every_buffer_read_uninitialised_in_one_run_a_full_c
     run goes on as the base's would and the second buffer's read is seen too: one check names both (the
     rules policy's search on SGLang took 6 checks, one per such layer, and takes 3). The graded full
     check never does: its poisoned tests meet the garbage and fail."""
-    src = tmp_path / "src"
-    make_repo(src, {"pkg/__init__.py": "", "pkg/contract.py": CONTRACT, "tests/test_contract.py": CONTRACT_TEST})
-    toml = tmp_path / "task.toml"
-    toml.write_text(f'id = "contract"\nrepo = "{src}"\nprompt = "p"\nprotected = ["tests/**"]\n'
-                    f'[correctness]\ncommand = "python -m pytest -q -p no:cacheprovider tests"\n')
+    task, src = contract_task(tmp_path)
     patch = make_patch(src, tmp_path, BOTH_EMPTY)
-    with Checker(load_task(toml), tmp_path / "work") as checker:
+    with Checker(task, tmp_path / "work") as checker:
         quick = checker.evaluate(patch, quick=True, perf=False)
         full = checker.evaluate(patch, perf=False)
     assert sorted({r.buffer for r in quick.sanitizer.reads}) == ["pkg/contract.py:6", "pkg/contract.py:7"]
