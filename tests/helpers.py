@@ -209,7 +209,7 @@ def contract_task(tmp_path: Path):
     make_repo(src, CONTRACT)
     toml = tmp_path / "task.toml"
     toml.write_text(f'id = "contract"\nrepo = "{src}"\nprompt = "p"\nprotected = ["tests/**"]\n'
-                    '[correctness]\ncommand = "python -m pytest -q -p no:cacheprovider tests"\n')
+                    f'[correctness]\ncommand = "{TESTS}"\n')
     return load_task(toml), src
 
 
