@@ -24,48 +24,79 @@ def gpu_script(out: Path, *args: str, timeout: float = 900) -> tuple[subprocess.
     return proc, summary
 
 
-@pytest.mark.slow(seconds=300)
-def test_dry_run_passes_every_step_with_its_figures(tmp_path):
-    proc, summary = gpu_script(tmp_path, "--budget", "1500", timeout=1800)  # the CPU is slower than the GPU
-    steps = summary.get("steps", {})
-    assert set(steps) == STEPS, proc.stdout + proc.stderr
-    # A/A is called faster or slower in 5% of runs by design: only that may fail here, and only so.
-    a_a = steps.pop("a_a")
-    assert a_a["ok"] or a_a["error"].startswith("A/A perf verdict"), a_a
-    failed = {name: s.get("error") or s.get("skipped") for name, s in steps.items() if not s["ok"]}
-    assert not failed, f"{failed}\n{proc.stdout[-3000:]}"
-    assert proc.returncode == (0 if a_a["ok"] else 1)
-
-    env = steps["environment"]["figures"]
+def check_environment(env: dict) -> None:
     assert env["available"] is False and env["isolation"] in ("bwrap", "unshare", "none")
-    assert steps["target_tests"]["figures"]["captured_graph_tests"]["skipped"] == 6  # CUDA only
 
-    empty = steps["all_empty"]["figures"]
+
+def check_target_tests(figures: dict) -> None:
+    assert figures["captured_graph_tests"]["skipped"] == 6  # CUDA only
+
+
+def check_all_empty(empty: dict) -> None:
     assert len(empty["poisoned_tests"]["failing_modes"]) >= 3 and empty["check"]["verdict"] == "fail"
     assert any("flashattention_backend.py:" in b for b in empty["sanitizer"]["buffers"])
     assert empty["initcheck"]["measured"] and empty["initcheck"]["reads"], empty["initcheck"]
     assert "emulator" in (empty["initcheck"]["tool"] or "")
 
-    ref = steps["reference"]["figures"]
+
+def check_reference(ref: dict) -> None:
     assert ref["perf"]["timer"] == "wall-clock" and ref["perf"]["ci_low"] is not None
     assert ref["initcheck"]["measured"] and ref["initcheck"]["reads"] == []
 
-    padded = steps["padded"]["figures"]
+
+def check_padded(padded: dict) -> None:
     assert padded["all_empty"]["failing_modes"] and padded["reference"]["failed"] == 0
 
-    matrix = steps["padding_matrix"]["figures"]  # 6 modes x (captured, padded, eager-only) x (graph, eager)
+
+def check_padding_matrix(matrix: dict) -> None:  # 6 modes x (captured, padded, eager-only) x (graph, eager)
     assert matrix["reference"]["poisoned"]["passed"] == 36 and matrix["reference"]["check"]["verdict"] == "pass"
     assert any(c.endswith("-padded-graph]") for c in matrix["all_empty"]["poisoned"]["failing_cells"])
     assert matrix["all_empty"]["initcheck"]["reads"] and matrix["reference"]["initcheck"]["reads"] == []
 
-    batch = steps["batch"]["figures"]
+
+def check_batch(batch: dict) -> None:
     assert batch["overlaps"] == [] and len(batch["jobs_measured"]) == 2
     assert len(batch["lock_waits_s"]) == batch["measurements"] >= 2
 
-    evaluations = json.loads((tmp_path / "evaluations.json").read_text())
-    assert set(evaluations) == {"check-all-empty", "check-reference", "check-a-a", "check-matrix-reference",
-                                "check-matrix-all_empty"}
-    assert "=== target-plain" in (tmp_path / "gpu.log").read_text()
+
+def check_a_a(figures: dict) -> None:  # its verdict is the step's own check (A/A may fail by design, below)
+    assert figures["perf"]["timer"] == "wall-clock"
+
+
+# Each step's figures, as its check reads them, and the `perfagent check` evaluations it keeps.
+CHECKS = {"environment": check_environment, "target_tests": check_target_tests, "all_empty": check_all_empty,
+          "reference": check_reference, "a_a": check_a_a, "padded": check_padded,
+          "padding_matrix": check_padding_matrix, "batch": check_batch}
+EVALUATIONS = {"all_empty": {"check-all-empty"}, "reference": {"check-reference"}, "a_a": {"check-a-a"},
+               "padding_matrix": {"check-matrix-reference", "check-matrix-all_empty"}}
+# Every step once, in groups of about a minute each here (the whole script took 209 s alone, and 450 to
+# 550 s beside the rest of the suite): one script run a group, the groups side by side under pytest -n.
+GROUPS = [("environment", "target_tests", "all_empty", "padded"), ("reference", "a_a"), ("padding_matrix",),
+          ("batch",)]
+
+
+def test_the_groups_are_every_step_once():
+    assert sorted(s for g in GROUPS for s in g) == sorted(STEPS) == sorted(CHECKS)
+
+
+@pytest.mark.slow(seconds=150)
+@pytest.mark.parametrize("group", GROUPS, ids="+".join)
+def test_dry_run_passes_every_step_with_its_figures(tmp_path, group):
+    proc, summary = gpu_script(tmp_path, "--budget", "1500", "--steps", ",".join(group), timeout=1800)
+    steps = summary.get("steps", {})
+    assert set(steps) == set(group), proc.stdout + proc.stderr
+    # A/A is called faster or slower in 5% of runs by design: only that may fail here, and only so.
+    a_a = steps.get("a_a", {"ok": True})
+    assert a_a["ok"] or a_a["error"].startswith("A/A perf verdict"), a_a
+    failed = {name: s.get("error") or s.get("skipped") for name, s in steps.items() if not s["ok"] and name != "a_a"}
+    assert not failed, f"{failed}\n{proc.stdout[-3000:]}"
+    assert proc.returncode == (0 if a_a["ok"] else 1)
+    for name in group:
+        CHECKS[name](steps[name]["figures"])
+    evaluations = json.loads((tmp_path / "evaluations.json").read_text()) if EVALUATIONS.keys() & set(group) else {}
+    assert set(evaluations) == set().union(*(EVALUATIONS.get(name, set()) for name in group))
+    if "target_tests" in group:
+        assert "=== target-plain" in (tmp_path / "gpu.log").read_text()
 
 
 def test_a_step_past_the_budget_is_skipped_and_said(tmp_path):
