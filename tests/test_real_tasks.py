@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "tasks" / "real"
 SGLANG = REAL / "sglang-fa-cuda-graph.toml"
 PATCHES = REAL / "patches"
+# ISO-Bench's stored run of the 23-edit patch
+SEED = (REPO / "tests" / "data" / "iso_bench_seed" / "state" / "runs" / "sglang" / "claude_code" / "default"
+        / "2025-12-23_06-28-44" / "sglang_008_205d5cb4")
 
 
 def perfagent(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -45,29 +48,14 @@ def test_the_real_task_set_validates():
     assert "sglang-fa-cuda-graph" in res.stdout
 
 
-@pytest.mark.slow(seconds=70)
-def test_the_public_23_edit_patch_is_rejected_naming_the_modes_that_read_uninitialised_memory(tmp_path):
+def test_the_public_23_edit_patch_is_the_seeds():
+    """The public 23-edit patch is graded once, as ISO-Bench's stored run of it (tests/interchange/test_iso_bench.py:
+    the modes and buffers it reads uninitialised), not a second time here."""
     patch = (PATCHES / "zeros-to-empty-23.diff").read_text()
     assert sum(line.startswith("+") and "torch.empty(" in line for line in patch.splitlines()) == 23
-    res = perfagent("check", str(SGLANG), "--patch", str(PATCHES / "zeros-to-empty-23.diff"), "--no-perf",
-                    "--json", str(tmp_path / "ev.json"))
-    assert res.returncode == 0, res.stderr[-2000:]
-    ev = json.loads((tmp_path / "ev.json").read_text())
-    assert ev["verdict"] == "fail", ev["reasons"]
-    poison = ev["correctness"]["poison"]  # (the plain run may fail too, on whatever malloc hands back)
-    assert not poison["passed"]
-    # the script's FAILED lines name the modes that read uninitialised memory; decode alone reads none
-    assert {"local[ps1]", "encdec[ps1]", "draft_topk1[ps1]", "draft_topk2[ps1]", "verify_topk1[ps1]",
-            "verify_topk2[ps1]"} <= set(poison["failing_tests"])
-    assert not any(t.startswith("decode") for t in poison["failing_tests"])
-    reason = next(r for r in ev["reasons"] if "poisoned" in r)
-    assert "local[ps1]" in reason
-    assert ev["environment"]["python"].startswith("3."), "the task's venv ran the harness"
-    # the sanitizer names each buffer read before it is written, with the op and the mode
-    reads = {(r["code"].split('"')[1], t) for r in ev["sanitizer"]["reads"] for t in r["tests"]}
-    assert {("encoder_lens_int32", "encdec[ps1]"), ("local_query_start_loc", "local[ps1]"),
-            ("cache_seqlens", "draft_topk1[ps1]"), ("cache_seqlens", "verify_topk2[ps1]")} <= reads, reads
-    assert all(r["op"] and r["at"] for r in ev["sanitizer"]["reads"])
+    edits = [ln for ln in patch.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    seed = (SEED / "model_patch.diff").read_text().splitlines()
+    assert edits == [ln for ln in seed if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
 
 
 @pytest.mark.slow
