@@ -47,16 +47,18 @@ def script():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stream", [False, True])
-def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server, stream):
+def test_run_against_fake_anthropic_writes_three_outputs(task_file, fake_server):
+    """Streamed (the usage figures arrive in pieces); the unstreamed wire runs end to end in the tests below
+    and both in tests/models and tests/run/test_loop.py."""
     fake_server.script(script())
     tmp = task_file.parent
     # --allow-unsandboxed: whatever this machine's sandbox; test_unsandboxed_api_run_* covers the refusal
     args = ["run", str(task_file), "--model", "anthropic:claude-sonnet-4-6", "--run-id", "r1", "--out", str(tmp),
             "--quiet", "--allow-unsandboxed"]
-    res = perfagent(args + (["--stream"] if stream else []), tmp,
+    res = perfagent(args + ["--stream"], tmp,
                     ANTHROPIC_API_KEY="x", ANTHROPIC_BASE_URL=fake_server.url)
     assert res.returncode == 0, res.stderr
+    assert len(fake_server.requests) == 4 and all(r.stream for r in fake_server.requests)  # --stream reached the SDK
     patch = (tmp / "patches/r1/tiny/model_patch.diff").read_text()
     assert "+    buf = torch.empty(n)" in patch and "tests/" not in patch
     report = json.loads((tmp / "results/r1/tiny/report.json").read_text())
