@@ -106,6 +106,9 @@ def make_repo(path: Path, files: dict[str, str], message: str = "init") -> git.R
 
 # -- a small torch package with tests and a bench, for the checks ---------------------------------------
 REPO = Path(__file__).resolve().parents[1]
+# ISO-Bench's stored run for sglang 205d5cb4: the public 23-edit patch, graded in tests/interchange/test_iso_bench.py
+ISO_BENCH_SEED = (REPO / "tests" / "data" / "iso_bench_seed" / "state" / "runs" / "sglang" / "claude_code" / "default"
+                  / "2025-12-23_06-28-44")
 
 FIXTURE = {
     "pkg/__init__.py": "",

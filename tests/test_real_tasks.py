@@ -14,14 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ISO_BENCH_SEED
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "tasks" / "real"
 SGLANG = REAL / "sglang-fa-cuda-graph.toml"
 PATCHES = REAL / "patches"
-# ISO-Bench's stored run of the 23-edit patch
-SEED = (REPO / "tests" / "data" / "iso_bench_seed" / "state" / "runs" / "sglang" / "claude_code" / "default"
-        / "2025-12-23_06-28-44" / "sglang_008_205d5cb4")
 
 
 def perfagent(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -53,9 +51,13 @@ def test_the_public_23_edit_patch_is_the_seeds():
     the modes and buffers it reads uninitialised), not a second time here."""
     patch = (PATCHES / "zeros-to-empty-23.diff").read_text()
     assert sum(line.startswith("+") and "torch.empty(" in line for line in patch.splitlines()) == 23
-    edits = [ln for ln in patch.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
-    seed = (SEED / "model_patch.diff").read_text().splitlines()
-    assert edits == [ln for ln in seed if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    seed = (ISO_BENCH_SEED / "sglang_008_205d5cb4" / "model_patch.diff").read_text()
+    assert edits(patch) == edits(seed)
+
+
+def edits(diff: str) -> list[str]:
+    """A diff's added and removed lines, without its headers and context."""
+    return [ln for ln in diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import commit, make_repo, perfagent_cli as perfagent
+from helpers import ISO_BENCH_SEED, commit, make_repo, perfagent_cli as perfagent
 
 from agent.interchange.iso_bench import read_configs, read_run_folder, task_id
 from agent.task import load_task
@@ -167,7 +167,7 @@ def test_check_predictions_grades_a_run_folder_and_keeps_the_agents_claim_and_co
 
 
 # -- the seed: ISO-Bench's stored run for sglang 205d5cb4, answered by the shipped SGLang task -----------------------
-SEED = DATA.parent / "iso_bench_seed" / "state" / "runs" / "sglang" / "claude_code" / "default" / "2025-12-23_06-28-44"
+SEED = ISO_BENCH_SEED
 REAL = Path(__file__).resolve().parents[2] / "tasks" / "real"
 
 
