@@ -247,14 +247,15 @@ RULES: list[tuple[Verdict, Rule]] = [
     (Verdict.FAIL, device_reads),
     (Verdict.FAIL, candidate_bench_fails),
     (Verdict.FAIL, gain_refuted),
+    # a finding a person must look at names the verdict before a proof the tests left short
+    (Verdict.SUSPICIOUS, clocks_replaced),
+    (Verdict.SUSPICIOUS, flagged_code),
     (Verdict.UNVERIFIED, changed_lines_unrun),
     (Verdict.UNVERIFIED, reads_unwatched),
     (Verdict.UNVERIFIED, memory_unwatched),
     (Verdict.UNVERIFIED, allocated_only_in_bench),
     (Verdict.UNVERIFIED, read_sites_unrun),
     (Verdict.UNVERIFIED, proof_skipped_by_the_bench),
-    (Verdict.SUSPICIOUS, clocks_replaced),
-    (Verdict.SUSPICIOUS, flagged_code),
     (Verdict.PASS, bench_never_ran_change),  # a word on the speed only: the change does not fail for it
 ]
 # nothing weaker is argued after these

@@ -30,7 +30,7 @@ class Verdict(_Word):
     FAIL = "fail"
     UNVERIFIED = "unverified"  # correct as far as the tests go, but something they should see was not seen
     REJECTED = "rejected"  # refused before anything ran: an unclean patch, rewired tests, protected paths
-    SUSPICIOUS = "suspicious"  # the checks passed, but something needs a person first (flagged code)
+    SUSPICIOUS = "suspicious"  # something needs a person first (flagged code, a replaced clock)
     ERROR = "error"  # the task itself could not be checked, or the run ended before anything was graded
     NO_CHANGE = "no-change"  # there was nothing to grade (the run emitted no change)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.checks import clocks
 from agent.checks.evaluation import (BenchCheck, CommandRun, Correctness, CoverageResult, DeviceRead, DiffStats,
                                      Hygiene, InitcheckResult, OutsideClock, PerfResult, ReadSiteResult,
                                      SanitizerResult, UninitRead)
@@ -21,7 +22,7 @@ from agent.util.seal import load_key, write_sealed_json
 SPEC = TaskSpec.model_validate({"id": "t", "repo": "src", "prompt": "p", "base": "HEAD",
                                 "correctness": {"command": "pytest"},
                                 "perf": {"command": "python bench.py", "metric": "ms", "max_speedup": 10}})
-STRENGTH = ["error", "no-change", "rejected", "fail", "unverified", "suspicious", "pass"]  # pass: a word on speed
+STRENGTH = ["error", "no-change", "rejected", "fail", "suspicious", "unverified", "pass"]  # pass: a word on speed
 
 
 def run(name: str, passed: bool = True, failing: list[str] | None = None) -> CommandRun:
@@ -141,6 +142,17 @@ def test_a_quick_check_keeps_the_metrics_answer_unless_a_clock_rules_it_out():
     """The agent's quick check (few pairs) guides it; only the full check must wait for a clock to tell."""
     assert grade(passing(perf=VAGUE, quick=True), SPEC).perf.verdict == "faster"
     assert grade(passing(perf=FORGED, quick=True), SPEC).perf.verdict == "not confirmed"
+
+
+def test_a_replaced_clock_names_the_verdict_even_where_a_changed_line_went_unrun():
+    """The clock's replacement is what a person must see first; the line the tests left unrun (often the
+    slow clock's own body) is said after it, not instead of it."""
+    c = clocks.ClockCheck()
+    c.add("baseline", clocks.ProcessClocks(started=True, ended=True))
+    c.add("candidate", clocks.ProcessClocks(started=True, ended=True, replaced=["time.perf_counter replaced by x"]))
+    ev = grade(passing(coverage=UNCOVERED, clocks=c), SPEC)
+    assert ev.verdict == "suspicious" and ev.perf.verdict == "not confirmed", ev.reasons
+    assert "timing functions were replaced" in ev.reasons[0] and "m.py:3" in ev.reasons[1], ev.reasons
 
 
 def test_a_failing_change_is_not_argued_about_further():

@@ -119,6 +119,8 @@ def test_a_slowed_clock_is_suspicious_and_named(tmp_path, attack):
     assert named and "timing functions were replaced" in named[0], brief(ev)
     if ev["verdict"] == "fail":
         assert ev["perf"]["outside"]["refuted"], brief(ev)  # fail only where every clock ruled the claim out
+    else:  # said first, before the slow clock's own body, which no test runs
+        assert ev["reasons"][0] == named[0], brief(ev)
 
 
 @pytest.mark.slow(seconds=30)
