@@ -354,7 +354,10 @@ def test_a_sanitizer_the_package_switches_off_is_not_a_clean_sanitizer(tmp_path,
     lab = make_evidence_lab(tmp_path)
     _, ev = check(lab, lab.patch({"pkg/graph.py": HIDE[spelling]}), "--no-perf")
     assert green(ev), f"the attack broke the tests, so it proves nothing: {brief(ev)}"
-    assert ev["verdict"] in ("unverified", "fail"), brief(ev)
+    # where the code is flagged too (a name it reaches spelled out), a person must look first: suspicious
+    assert ev["verdict"] in ("unverified", "fail", "suspicious"), brief(ev)
+    # whatever the spelling, the sanitizer's own records say it was not measured
+    assert ev["verdict"] == "fail" or any("reads not measured" in r for r in ev["reasons"]), brief(ev)
 
 
 # -- controls: without the tricks, 3 and 4 are caught by what the tricks forge -----------------------
