@@ -167,17 +167,16 @@ def test_check_predictions_grades_a_run_folder_and_keeps_the_agents_claim_and_co
 
 
 # -- the seed: ISO-Bench's stored run for sglang 205d5cb4, answered by the shipped SGLang task -----------------------
-SEED = ISO_BENCH_SEED
 REAL = Path(__file__).resolve().parents[2] / "tasks" / "real"
 
 
 def test_the_seeds_instance_names_the_shipped_task_with_its_paths_mapped_onto_its_tree():
     """The instance is ISO-Bench's sglang_core-205d5cb4 (run_summary.json's task id and human commit, as the folder
     name sglang_008_205d5cb4 says too), and the set's shipped task answers for it."""
-    (own,) = read_run_folder(SEED)
+    (own,) = read_run_folder(ISO_BENCH_SEED)
     assert own.instance_id == "sglang_core-205d5cb4"
     assert own.model_name_or_path == "claude_code:gpt-5-2025-08-07", "the model prediction.jsonl names"
-    (pred,) = read_run_folder(SEED, {"sglang-fa-cuda-graph"})
+    (pred,) = read_run_folder(ISO_BENCH_SEED, {"sglang-fa-cuda-graph"})
     assert pred.instance_id == "sglang-fa-cuda-graph"
     heads = [ln for ln in pred.model_patch.splitlines() if ln.startswith(("diff --git", "--- ", "+++ "))]
     assert heads == ["diff --git a/sglang/srt/layers/attention/flashattention_backend.py "
@@ -196,8 +195,8 @@ def test_the_seeds_stored_run_graded_on_a_cpu_fails_naming_the_buffers_beside_th
     JSON), graded with `check --predictions` against the shipped real-code set (its venv built once from PyPI, as
     tests/test_real_tasks.py builds it). The suite's only grading of that public patch: what it reads
     uninitialised, mode by mode, is asserted here (test_real_tasks.py checks the shipped patch is the same)."""
-    res = subprocess.run([sys.executable, "-m", "agent", "check", str(REAL), "--predictions", str(SEED), "--run-id",
-                          "seed", "--no-baseline", "--quiet"], cwd=tmp_path, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "agent", "check", str(REAL), "--predictions", str(ISO_BENCH_SEED),
+                          "--run-id", "seed", "--no-baseline", "--quiet"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=1800, env={**os.environ, "COLUMNS": "200"})
     reports = list((tmp_path / "results" / "seed").rglob("report.json"))
     assert len(reports) == 1, res.stdout[-2000:] + res.stderr[-2000:]
