@@ -109,6 +109,9 @@ class PerfSpec(_Spec):
     # The bench repeats its call in one process: every gain, not only one beyond the hint, is checked
     # on the first call.
     repeated_calls: bool = False
+    # The most rounds a full check samples (None: 20, agent.checks.perf.FULL). A bench slow to run can be
+    # sampled in fewer, which tell only larger effects apart; 7 is the fewest the signed-rank test can call.
+    max_pairs: int | None = Field(default=None, ge=7)
 
     @model_validator(mode="after")
     def _repeats_need_a_first_call(self) -> PerfSpec:

@@ -324,7 +324,7 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
     dropped and the rest measured again; a baseline whose bench fails makes the task uncheckable."""
     spec = sides.task.spec.perf
     assert spec is not None
-    policy = measuring.quick if quick else measuring.full
+    policy = (measuring.quick if quick else measuring.full).at_most(spec.max_pairs)
     seed = measuring.seed if measuring.seed is not None else secrets.randbelow(2**31)
     device = e.environment.device or "cpu"
     result = PerfResult(metric=spec.metric, direction=spec.direction, min_effect=spec.min_effect, seed=seed,

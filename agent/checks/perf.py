@@ -52,6 +52,13 @@ class SamplingPolicy:
     looks: tuple[int, ...] | None = None  # the rounds after which the test may call a change; None: every one
     confirm: bool = False  # a "faster" answer waits (up to max_pairs) until the harness's clock answers it
 
+    def at_most(self, pairs: int | None) -> SamplingPolicy:
+        """This policy stopping by round `pairs` (a task's `max_pairs`), its last round a look."""
+        if pairs is None or pairs >= self.max_pairs:
+            return self
+        looks = None if self.looks is None else tuple(n for n in self.looks if n < pairs) + (pairs,)
+        return replace(self, min_pairs=min(self.min_pairs, pairs), max_pairs=pairs, looks=looks)
+
 
 # FULL tests after 7, 8, 10, 12, 15 and 20 pairs at ~0.017 per look, which the signed-rank test
 # reaches from 7 pairs on (all seven one way; a look after every round would need 8); every round

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.checks import FULL, Checker, SamplingPolicy, summarize
+from agent.checks import FULL, QUICK, Checker, SamplingPolicy, summarize
 from agent.checks import collect
 from agent.checks.lock import device_lock, lock_path
 from agent.checks.perf import Reading, parse_metric, sample
@@ -103,6 +103,26 @@ def test_noise_that_hides_the_answer_is_inconclusive_after_max_pairs():
     assert c.stop_reason == "max pairs reached (20), interval wider than min effect"
 
 
+def test_a_tasks_max_pairs_ends_sampling_there_with_a_look_at_its_last_round():
+    """`[perf] max_pairs` (a bench slow to run): the full check stops by that round, and its last
+    round is a look, so a clear gain is still called there."""
+    assert FULL.at_most(None) is FULL and FULL.at_most(20) is FULL and FULL.at_most(30) is FULL
+    assert FULL.at_most(10) == SamplingPolicy(5, 10, looks=(7, 8, 10), confirm=True)
+    assert FULL.at_most(7).looks == (7,) and QUICK.at_most(7) == SamplingPolicy(4, 7)
+    values = iter([10.0, 10.0] + [10.0, 14.0, 14.0, 10.0] * 20)
+    s = sample({"baseline": Path("b"), "candidate": Path("c")}, PerfSpec(command="x", metric="m", min_effect=0.03),
+               SamplingPolicy(5, 20).at_most(8), seed=1, bench=lambda side, root, spec: (next(values), "ms"))
+    assert len(s.values["candidate"]) == 8
+    assert s.comparison.stop_reason == "max pairs reached (8), interval wider than min effect"
+    rng = random.Random(3)
+    s = sample({"baseline": Path("b"), "candidate": Path("c")}, PerfSpec(command="x", metric="m", min_effect=0.03),
+               SamplingPolicy(5, 20, looks=FULL.looks).at_most(7), seed=1,
+               bench=lambda side, root, spec: ({"baseline": 10.0, "candidate": 5.0}[side] * rng.uniform(1, 1.01), "ms"))
+    assert s.comparison.verdict == "faster" and s.comparison.stop_reason == "significant after 7 pairs"
+    with pytest.raises(ValueError, match="max_pairs"):
+        PerfSpec(command="x", metric="m", max_pairs=6)
+
+
 def test_a_gain_the_outside_clock_can_never_answer_stops_sampling_early_and_says_why():
     """The metric calls 10 ms of one call faster; each process's own time swings by a second (an import
     that dwarfs the timed call): no clock can tell 10 ms by pair 20, so sampling stops at the first look
@@ -125,12 +145,12 @@ def test_a_gain_the_outside_clock_can_never_answer_stops_sampling_early_and_says
     assert len(steady.values["baseline"]) == 7 and steady.comparison.stop_reason == "significant after 7 pairs"
 
 
-def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
-    """A real Checker whose bench returns `values[side]` (times a little seeded noise)."""
+def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float], noise: float = 0.002, perf: str = ""):
+    """A real Checker whose bench returns `values[side]` (times a little seeded noise); `perf`: more [perf] lines."""
     task, src = make_task(tmp_path, correctness=IMPORT_ONLY, poison=False, min_effect=0.03)
     ref = tmp_path / "reference.diff"
     ref.write_text(make_patch(src, tmp_path, FASTER))
-    (tmp_path / "task.toml").write_text((tmp_path / "task.toml").read_text() + f'\n[reference]\npatch = "{ref}"\n')
+    (tmp_path / "task.toml").write_text(f'{(tmp_path / "task.toml").read_text()}{perf}\n[reference]\npatch = "{ref}"\n')
     from agent.task import load_task
 
     rng = random.Random(0)
@@ -139,7 +159,7 @@ def _checker_with_fake_bench(tmp_path, monkeypatch, values: dict[str, float]):
         mode = "a fake bench"
 
         def __call__(self, side, root, spec):
-            return values[side] * (1 + 0.002 * rng.random()), "ms"
+            return values[side] * (1 + noise * rng.random()), "ms"
 
         def close(self):
             pass
@@ -164,6 +184,15 @@ def test_the_fraction_of_the_reference_is_given_only_for_a_significant_speedup(t
             and ev.perf.alpha == sequential_alpha(FULL.min_pairs, FULL.max_pairs, looks=FULL.looks))
     assert ev.reference.fraction_of_reference == pytest.approx((ev.speedup - 1) / (ev.reference.speedup - 1))
     assert ev.reference.fraction_of_reference == pytest.approx(0.25, rel=0.05)
+
+
+def test_a_full_check_samples_no_more_than_the_tasks_max_pairs(tmp_path, monkeypatch):
+    c, src = _checker_with_fake_bench(tmp_path, monkeypatch, {"baseline": 10.0, "candidate": 10.0, "reference": 10.0},
+                                      noise=1.0, perf="max_pairs = 9\n")
+    with c:
+        ev = c.evaluate(make_patch(src, tmp_path, SAME), perf=True)
+    assert ev.perf.n_pairs == ev.perf.max_pairs == 9 and ev.perf.verdict == "inconclusive", summarize(ev)
+    assert ev.perf.stop_reason == "max pairs reached (9), interval wider than min effect"
 
 
 # -- the device lock ---------------------------------------------------------------------------

@@ -69,6 +69,24 @@ CHECKS = {"environment": check_environment, "target_tests": check_target_tests, 
           "padding_matrix": check_padding_matrix, "batch": check_batch}
 EVALUATIONS = {"all_empty": {"check-all-empty"}, "reference": {"check-reference"}, "a_a": {"check-a-a"},
                "padding_matrix": {"check-matrix-reference", "check-matrix-all_empty"}}
+def check_all_empty_evaluation(ev: dict) -> None:  # initcheck (emulated) names the page table's device read
+    ic = ev["initcheck"]
+    assert ic["measured"] and ic["reads"], ic
+    assert ev["verdict"] == "fail"
+    assert any(r.startswith("uninitialised device reads (compute-sanitizer initcheck): ") for r in ev["reasons"])
+    assert "aten.index.Tensor" in {r["kernel"] for r in ic["reads"]}  # the page table, gathered before it is written
+    assert ic["errors"] >= sum(r["count"] for r in ic["reads"]) and ic["baseline_s"] > 0
+    assert ic["tool"].startswith("perfagent CPU emulator") and ic["run"]["name"] == "initcheck"
+
+
+def check_reference_evaluation(ev: dict) -> None:
+    ic = ev["initcheck"]
+    assert ic["measured"] and ic["reads"] == [] and ic["errors"] == 0, ic
+    assert ev["verdict"] != "fail", ev["reasons"]
+
+
+# The whole evaluations some steps keep, beyond their figures (tests/checks/test_initcheck.py leaves them here)
+EVALUATION_CHECKS = {"check-all-empty": check_all_empty_evaluation, "check-reference": check_reference_evaluation}
 # Every step once, in groups of about a minute each here (the whole script took 209 s alone, and 450 to
 # 550 s beside the rest of the suite): one script run a group, the groups side by side under pytest -n.
 GROUPS = [("environment", "target_tests", "all_empty", "padded"), ("reference", "a_a"), ("padding_matrix",),
@@ -95,6 +113,8 @@ def test_dry_run_passes_every_step_with_its_figures(tmp_path, group):
         CHECKS[name](steps[name]["figures"])
     evaluations = json.loads((tmp_path / "evaluations.json").read_text()) if EVALUATIONS.keys() & set(group) else {}
     assert set(evaluations) == set().union(*(EVALUATIONS.get(name, set()) for name in group))
+    for name, ev in evaluations.items():
+        EVALUATION_CHECKS.get(name, lambda ev: None)(ev)
     if "target_tests" in group:
         assert "=== target-plain" in (tmp_path / "gpu.log").read_text()
 
