@@ -69,6 +69,8 @@ CHECKS = {"environment": check_environment, "target_tests": check_target_tests, 
           "padding_matrix": check_padding_matrix, "batch": check_batch}
 EVALUATIONS = {"all_empty": {"check-all-empty"}, "reference": {"check-reference"}, "a_a": {"check-a-a"},
                "padding_matrix": {"check-matrix-reference", "check-matrix-all_empty"}}
+
+
 def check_all_empty_evaluation(ev: dict) -> None:  # initcheck (emulated) names the page table's device read
     ic = ev["initcheck"]
     assert ic["measured"] and ic["reads"], ic
@@ -87,6 +89,7 @@ def check_reference_evaluation(ev: dict) -> None:
 
 # The whole evaluations some steps keep, beyond their figures (tests/checks/test_initcheck.py leaves them here)
 EVALUATION_CHECKS = {"check-all-empty": check_all_empty_evaluation, "check-reference": check_reference_evaluation}
+
 # Every step once, in groups of about a minute each here (the whole script took 209 s alone, and 450 to
 # 550 s beside the rest of the suite): one script run a group, the groups side by side under pytest -n.
 GROUPS = [("environment", "target_tests", "all_empty", "padded"), ("reference", "a_a"), ("padding_matrix",),
