@@ -55,10 +55,12 @@ class Scale:
     # The graded bench's timed calls (None: the task's 20). perfagent forks the bench warm, so its process
     # costs what the calls do, and the A/A on a CPU always takes all 20 pairs: the dry run times 5 calls.
     bench_repeats: int | None = None
+    # The graded task's `max_pairs` (None: perfagent's 20): the dry run's A/A stops by 7, and so does its reference.
+    max_pairs: int | None = None
 
 
 GPU_SCALE = Scale()
-DRY_SCALE = Scale(bench_repeats=5)
+DRY_SCALE = Scale(bench_repeats=5, max_pairs=7)
 BENCH = 'command = "python bench/bench_graph_init.py"\n'  # the task's perf command, as graded_task finds it
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -201,6 +203,8 @@ def graded_task(run: Run, name: str, *, initcheck: bool) -> Path:
         if BENCH not in text:
             raise StepFailed(f"the task's perf command is no longer {BENCH.strip()}")
         text = text.replace(BENCH, BENCH.replace('.py"', f'.py --repeats {run.scale.bench_repeats}"'), 1)
+    if run.scale.max_pairs is not None:
+        text = text.replace("\n[perf]\n", f"\n[perf]\nmax_pairs = {run.scale.max_pairs}\n", 1)
     task = run.work / f"{name}.toml"
     task.write_text(text)
     return task

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.task import load_task
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,5 +47,6 @@ def test_the_dry_run_times_fewer_calls(steps, tmp_path):
     task = steps.graded_task(steps.Run(out=tmp_path, work=tmp_path, dry=True, deadline=0), "g", initcheck=False)
     text = task.read_text()
     assert '\ncommand = "python bench/bench_graph_init.py --repeats 5"\n' in text and "initcheck" not in text
+    assert "\n[perf]\nmax_pairs = 7\n" in text and load_task(task).spec.perf.max_pairs == 7
     assert 'first_call = "python bench/bench_graph_init.py --repeats 1 --warmup 0"' in text
     assert 'command = "python -m pytest -q tests -k \\"graph_matches_eager or bs3 or extend\\""' in text
