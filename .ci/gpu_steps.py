@@ -204,6 +204,8 @@ def graded_task(run: Run, name: str, *, initcheck: bool) -> Path:
             raise StepFailed(f"the task's perf command is no longer {BENCH.strip()}")
         text = text.replace(BENCH, BENCH.replace('.py"', f'.py --repeats {run.scale.bench_repeats}"'), 1)
     if run.scale.max_pairs is not None:
+        if "\n[perf]\n" not in text:
+            raise StepFailed("the task has no [perf] table to cap")
         text = text.replace("\n[perf]\n", f"\n[perf]\nmax_pairs = {run.scale.max_pairs}\n", 1)
     task = run.work / f"{name}.toml"
     task.write_text(text)
