@@ -337,6 +337,7 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         samples = None
         try:
             while samples is None and result.error is None:
+                bench.learn = policy.warmup > 0  # from the baseline's first run, a warm-up
                 try:
                     samples = perfmod.sample(bench_sides, spec, policy, seed=seed, log=sides.log, bench=bench)
                 except BenchError as err:
@@ -352,6 +353,9 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
                 result.first_call = _first_call(sides, bench_sides, spec, seed, bench)
         finally:
             result.processes = bench.mode
+            if learned := getattr(bench, "learned", 0):
+                sides.log(f"perf: the warm server imported {learned} installed modules the baseline's "
+                          "warm-up imported, once for every later sample")
             bench.close()
             if getattr(bench, "clocks", None) is not None:  # the timing functions, as each bench process found them
                 e.clocks = e.clocks or clocks.ClockCheck()

@@ -228,6 +228,11 @@ class Bench:
         self.inside = {side: Path("/perfagent") / f"side-{n}" / root.name
                        for n, (side, root) in enumerate(sides.items())}
         self.server: WarmPython | None = None
+        # The first baseline call learns (agent.env.warm.WarmPython.run): the server then imports what it
+        # imported of the interpreter's installation (SGLang's bench: ~1000 modules, half its process),
+        # once for every later child. Its own sample must be one the caller discards: a warm-up.
+        self.learn = False
+        self.learned = 0  # how many modules the server imported so
         self.mode = "fresh processes"  # how the samples were started, for the report
         self.command, self.cmd = spec.command, (cmd := parse_python(spec.command))
         if warm and cmd is not None and WarmPython.available():
@@ -249,11 +254,14 @@ class Bench:
         key = new_key() if self.hook else None
         try:
             place = self.inside[side]
+            learn, self.learn = self.learn and side == "baseline", self.learn and side != "baseline"
             res = self.server.run(cmd, timeout_s=spec.timeout_s, cwd=place, key=key,
                                   env={"PYTHONPATH": str(place), **(clocks.ENV if key else {})},
-                                  path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place))
+                                  path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place),
+                                  learn=learn)
         except WarmError as e:
             self._cold(f"the warm bench server ended ({e})")
+        self.learned = self.server.learned
         _swept(side, res)
         if not self.server.clean:
             self._cold(f"the {side} bench left something behind that could not be removed")

@@ -135,6 +135,7 @@ class WarmPython:
         self.interpreter = interpreter
         self.cwd = Path(os.path.realpath(cwd))
         self.preloaded: list[str] = []
+        self.learned = 0  # modules imported after a `learn` child (agent.env.zygote._installed_imports)
         self.landlock = 0  # the server's Landlock ABI: 0, and it cannot `hide`
         self._lock = threading.Lock()
         self._ready = False
@@ -209,11 +210,13 @@ class WarmPython:
 
     def run(self, cmd: PythonCommand, *, timeout_s: float, env: dict[str, str | None] | None = None,
             max_output: int = DEFAULT_MAX_OUTPUT, cwd: Path | None = None, path: tuple[str, ...] = (),
-            hide: tuple[Path, ...] = (), key: str | None = None) -> CommandResult:
+            hide: tuple[Path, ...] = (), key: str | None = None, learn: bool = False) -> CommandResult:
         """Fork one child running `cmd`; `env` changes (None removes) apply to that child only, as
         do `cwd` and `path` (sys.path entries put where PYTHONPATH's go) and `hide`: folders of
         the server's sandbox the child (and all it starts) cannot read (agent.env.zygote._hide). `key`
-        goes to the child's check hook in the request, never through its environment."""
+        goes to the child's check hook in the request, never through its environment. `learn` (only
+        for a child whose code is trusted): the server then imports what it imported of the
+        interpreter's installation, for every later child."""
         with self._lock:
             if self._dead:
                 raise WarmError(self._dead)
@@ -222,7 +225,7 @@ class WarmPython:
                 raise WarmError("the kernel has no Landlock to keep one side from reading another's checkout")
             request = {"argv": list(cmd.argv), "module": cmd.module, "env": env or {}, "timeout_s": timeout_s,
                        "max_output": max_output, "cwd": str(cwd) if cwd else None, "path": list(path),
-                       "hide": [str(p) for p in hide], "key": key}
+                       "hide": [str(p) for p in hide], "key": key, "learn": learn}
             start = time.monotonic()
             try:
                 self.requests.write(json.dumps(request).encode() + b"\n")
@@ -230,7 +233,8 @@ class WarmPython:
             except OSError:
                 self.close()
                 raise WarmError("the warm interpreter exited") from None
-            reply = self._read(timeout_s + 30)
+            reply = self._read(timeout_s + 30 + (START_TIMEOUT_S if learn else 0))
+            self.learned += int(reply.get("learned", 0))
         text = reply["output"]
         if reply["timed_out"]:
             text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"

@@ -287,7 +287,42 @@ def _run_script(script, argv):
     exec(code, main.__dict__)
 
 
-def _child(req, write_fd, control):
+def _installed_imports(before, own):
+    """The modules this process imported since the fork (`before`) that the interpreter's installation
+    holds (its stdlib and site-packages), in import order: what a server may import once for every
+    later child. Never a module of a package any of whose modules came from elsewhere (the checkout,
+    a folder of `own`, a stub on sys.path), so a preload cannot stand in for the code under test."""
+    prefixes = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                       sys.base_exec_prefix)}
+    own = [os.path.realpath(p) + os.sep for p in own]
+    found, foreign = [], set()
+    for name, module in list(sys.modules.items()):
+        if name in before or name == "__main__":
+            continue
+        file = getattr(module, "__file__", None)
+        where = os.path.realpath(file) if isinstance(file, str) else None
+        if where is None or not any(where.startswith(p) for p in prefixes) or any(where.startswith(o) for o in own):
+            if where is not None or getattr(module, "__path__", None) is not None:
+                foreign.add(name.partition(".")[0])
+            continue
+        found.append(name)
+    return [n for n in found if n.partition(".")[0] not in foreign]
+
+
+def _learn(names):
+    """Import `names` here, in their order, for every later child; (how many were imported, whether
+    that started a thread: forking a process with threads hands a child locks no one will release)."""
+    threads, had = len(os.listdir("/proc/self/task")), len(sys.modules)
+    for name in names:
+        if isinstance(name, str) and name not in sys.modules:
+            try:
+                __import__(name)
+            except BaseException:
+                pass
+    return len(sys.modules) - had, len(os.listdir("/proc/self/task")) > threads
+
+
+def _child(req, write_fd, control, learn_fd=None):
     secret = req.pop("key", None)  # for the check hook only: gone from the request before any code under test
     os.setsid()
     os.dup2(write_fd, 1)
@@ -299,6 +334,7 @@ def _child(req, write_fd, control):
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    before = set(sys.modules)
     if req.get("hide") and not _hide(req["hide"]):
         sys.stderr.write("perfagent: the other sides' checkouts could not be hidden (Landlock); not run\n")
         os._exit(125)
@@ -338,6 +374,12 @@ def _child(req, write_fd, control):
         sys.stderr.flush()
     except BaseException:
         pass
+    if learn_fd is not None:
+        try:
+            own = [req.get("cwd") or os.getcwd(), *req.get("path", []), *os.environ.get("PYTHONPATH", "").split(":")]
+            os.write(learn_fd, json.dumps(_installed_imports(before, [o for o in own if o])).encode())
+        except BaseException:
+            pass
     os._exit(code & 0xFF)
 
 
@@ -466,11 +508,14 @@ def main():
     for line in reader:
         req = json.loads(line)
         read_fd, write_fd = os.pipe()
+        # `learn`: this child's code is trusted (the task's own, unchanged), and what it imports of the
+        # installation is imported here after it, so later children start without that work
+        learn_fd = os.memfd_create("perfagent-learn") if req.get("learn") else None
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            _child(req, write_fd, (control_in, control_out))
+            _child(req, write_fd, (control_in, control_out), learn_fd)
         os.close(write_fd)
         result = _collect(pid, read_fd, float(req.get("timeout_s", 600)), int(req.get("max_output", 30000)), start)
         result["duration_s"] = time.monotonic() - start
@@ -482,7 +527,17 @@ def main():
             result["cpu_s"] = result["cpu_s"] + left if subreaper else None
         if wipe:
             result["clean"] = all([*(_wipe(w)[0] for w in wipe), _restore_dev(dev), _remove_sysv_ipc()])
+        threaded = False
+        if learn_fd is not None:
+            try:
+                names = json.loads(os.pread(learn_fd, 4 << 20, 0) or b"[]")
+            except (OSError, ValueError):
+                names = []
+            os.close(learn_fd)
+            result["learned"], threaded = _learn(names if isinstance(names, list) else [])
         reply(result)
+        if threaded:  # no child may be forked from here any more: the host sees the server end
+            return
 
 
 if __name__ == "__main__":

@@ -419,3 +419,31 @@ report(float(len(beside)))
         assert bench.server.clean and bench.mode == FORKED
         assert not list(scratch.iterdir()), "the scratch folder was not emptied"
         assert call(bench, sides, "baseline") == 1.0 and bench.server.clean
+
+
+# -- 8. the server learns the installation's imports from the baseline's warm-up alone -------------------
+@needs_warm
+def test_the_baselines_warm_up_teaches_the_server_its_installed_imports_and_a_candidate_teaches_nothing(
+        tmp_path, bench_for):
+    """The baseline's bench imports `fractions` (installed) and `helper` (its checkout's); the candidate's
+    imports `colorsys` (installed). Each reports what it found imported at its start: after the warm-up
+    the server holds `fractions` for every child, never a module of a checkout, and never one that only
+    the candidate imported."""
+    found = "report(sum(2 ** i * (m in sys.modules) for i, m in enumerate(('fractions', 'helper', 'colorsys'))))\n"
+    sides = make_sides(tmp_path, baseline=found + "import fractions, helper\n", candidate=found + "import colorsys\n")
+    (sides["baseline"] / "helper.py").write_text("X = 1\n")
+    bench = bench_for(sides)
+    bench.learn = True
+    s = sample(sides, SPEC, SamplingPolicy(min_pairs=2, max_pairs=3), seed=3, bench=bench)
+    assert s.warmup["baseline"] == [0.0], "the warm-up itself started as before"
+    assert set(s.values["baseline"]) == set(s.values["candidate"]) == {1.0}, s
+    assert bench.learned > 0 and bench.mode == FORKED
+
+
+@needs_warm
+def test_without_a_warm_up_to_learn_from_the_server_imports_nothing_more(tmp_path, bench_for):
+    found = "report(1 * ('fractions' in sys.modules))\n"
+    sides = make_sides(tmp_path, baseline=found + "import fractions\n", candidate=found)
+    bench = bench_for(sides)
+    assert [call(bench, sides, s) for s in ("baseline", "candidate", "baseline")] == [0.0, 0.0, 0.0]
+    assert bench.learned == 0

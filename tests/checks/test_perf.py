@@ -195,6 +195,30 @@ def test_a_full_check_samples_no_more_than_the_tasks_max_pairs(tmp_path, monkeyp
     assert ev.perf.stop_reason == "max pairs reached (9), interval wider than min effect"
 
 
+
+def test_a_checks_bench_server_learns_from_the_baselines_warm_up_alone(tmp_path, monkeypatch):
+    """The sampling asks its bench to learn (agent.checks.perf.Bench.learn) for the baseline's first run,
+    the warm-up it discards, in a full and in a quick check; never for a sample it keeps."""
+    c, src = _checker_with_fake_bench(tmp_path, monkeypatch, {"baseline": 10.0, "candidate": 10.0})
+    asked: list[tuple[str, bool]] = []
+
+    class Bench:
+        mode, learn, learned = "a fake bench", False, 0
+
+        def __call__(self, side, root, spec):
+            asked.append((side, self.learn))
+            self.learn = self.learn and side != "baseline"
+            return 10.0 * (1 + 0.002 * len(asked) % 3), "ms"
+
+        def close(self):
+            pass
+    monkeypatch.setattr(collect, "_bench", lambda checker_sides, bench_sides: Bench())
+    with c:
+        for quick in (False, True):
+            asked.clear()
+            c.evaluate(make_patch(src, tmp_path, SAME), perf=True, quick=quick)
+            assert asked[0] == ("baseline", True) and not any(learn for _, learn in asked[1:]), asked
+
 # -- the device lock ---------------------------------------------------------------------------
 def test_device_lock_excludes_other_holders_and_waits(tmp_path):
     messages: list[str] = []

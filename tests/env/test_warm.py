@@ -215,3 +215,26 @@ def test_a_test_server_preloads_what_the_checkout_imports_of_torch(tmp_path, sou
         launcher.close()
     assert res.ok and launcher.used, res.output  # forked from a warm server
     assert res.output.strip().splitlines()[-1] == str(preloaded), res.output
+
+
+def test_a_learning_child_teaches_the_server_what_it_imported_of_the_installation_only(server):
+    """What a `learn` child imported is imported by the server for later children, but only where its
+    whole package comes from the interpreter's installation: the checkout's own module, and a stdlib
+    name the checkout shadows (its `csv.py`, found first on sys.path), stay each child's to import."""
+    w, root = server
+    (root / "mine.py").write_text("X = 1\n")
+    (root / "csv.py").write_text("SHADOW = True\n")
+    (root / "learn.py").write_text("import sys\nsys.path.insert(0, '.')\nimport email.mime.text, mine, csv\n")
+    (root / "look.py").write_text("import sys\nprint([m in sys.modules for m in ('email.mime.text', 'mine', 'csv')])\n")
+    assert w.run(parse_python("python look.py"), timeout_s=30).output.strip() == "[False, False, False]"
+    assert w.run(parse_python("python learn.py"), timeout_s=30, learn=True).exit_code == 0
+    assert w.learned > 0
+    assert w.run(parse_python("python look.py"), timeout_s=30).output.strip() == "[True, False, False]"
+
+
+def test_a_child_not_asked_to_learn_teaches_the_server_nothing(server):
+    w, root = server
+    (root / "imp.py").write_text("import email.mime.text\n")
+    (root / "look.py").write_text("import sys\nprint('email.mime.text' in sys.modules)\n")
+    assert w.run(parse_python("python imp.py"), timeout_s=30).exit_code == 0
+    assert w.run(parse_python("python look.py"), timeout_s=30).output.strip() == "False" and w.learned == 0
