@@ -168,6 +168,10 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     names = ["plain", *(["poison"] if spec.poison else []), *(["bench"] if bench else [])]
     parallel = len(names) > 1 and not e.environment.gpu
     few = len(names) == 3 and (os.cpu_count() or 1) < 4
+    # Side by side, a torch process's OpenMP threads spin while they wait for a core another run holds:
+    # SGLang's two test runs burnt 63 CPU-s in 39 s so, 15 CPU-s in 15 s with waiting threads asleep.
+    # Their number stays the task's; a wait policy of the task's own environment stays too.
+    start_env = {"OMP_WAIT_POLICY": "PASSIVE"} if parallel and "OMP_WAIT_POLICY" not in launcher.env else {}
     # Where the bench's run follows the plain one, both fork from one warm server (one torch import
     # fewer), which holds both runs' folders writable: the plain run's lines are read before the
     # bench's run starts, and the bench's folders are made anew for it.
@@ -191,11 +195,11 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
                     raise CheckError(f"the bench's records could not be made anew after the tests: {err}") from None
             return run_check(name, perf.command, launcher, timeout_s=perf.timeout_s, poison=not lines_only,
                              lines_dir=folders["bench-coverage"], sanitize_dir=reads["bench-sanitizer"],
-                             key=keys[name], shared=shared(name))
+                             key=keys[name], shared=shared(name), start_env=start_env)
         done = run_check(name, spec.command, launcher, timeout_s=spec.timeout_s, poison=name == "poison",
                          lines_dir=folders["coverage"] if name == "plain" else None,
                          sanitize_dir=reads["sanitizer"] if name == "poison" else None, key=keys[name],
-                         shared=shared(name))
+                         shared=shared(name), start_env=start_env)
         if name == "plain" and folders["coverage"] is not None:
             lines_run[name] = coverage.recorded(folders["coverage"], keys[name])
         return done

@@ -91,16 +91,17 @@ def to_run(name: str, res: CommandResult) -> CommandRun:
 
 def run_check(name: str, command: str, launcher: "Launcher", *, timeout_s: float, poison: bool = False,
               lines_dir: Path | None = None, sanitize_dir: Path | None = None, key: str | None = None,
-              shared: tuple[Path, ...] = ()) -> CommandRun:
+              shared: tuple[Path, ...] = (), start_env: dict[str, str] | None = None) -> CommandRun:
     """One run of a check command; with `lines_dir`, its processes record the changed lines they
     execute there (agent.checks.coverage); with `sanitize_dir`, the reads of uninitialised memory
     they make (agent.checks.sanitizer); their rows signed with `key` (agent.checks.records).
-    `shared`: another run's folders, whose warm server this one shares (Launcher.run)."""
+    `shared`: another run's folders, whose warm server this one shares; `start_env`: Launcher.run's."""
     extra: dict[str, str] = dict(POISON_ENV) if poison else {}
     if lines_dir is not None:
         extra["PERFAGENT_LINES"] = str(lines_dir)
     if sanitize_dir is not None:
         extra["PERFAGENT_SANITIZE"] = str(sanitize_dir)
     writable = tuple(d for d in (lines_dir, sanitize_dir) if d is not None)
-    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=writable, key=key, shared=shared)
+    res = launcher.run(command, timeout_s=timeout_s, env=extra, writable=writable, key=key, shared=shared,
+                       start_env=start_env)
     return to_run(name, res)

@@ -50,24 +50,33 @@ class Launcher:
         """Whether a warm server was ever started here (so one served some run)."""
         return self._started
 
-    def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...]) -> WarmPython | None:
-        key = (interpreter, writable)
+    def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...],
+                start_env: dict[str, str]) -> WarmPython | None:
+        key = self._key(interpreter, writable, start_env)
         with self._lock:
             if key not in self._servers:
                 self._started = True
                 try:
                     self._servers[key] = self._spawner.submit(
-                        WarmPython, interpreter, self.root, env=self.env, sandbox=self.sandbox.with_(writable=writable),
-                        preload=preload, wipe=scratch_places()).result()
+                        WarmPython, interpreter, self.root, env={**self.env, **start_env},
+                        sandbox=self.sandbox.with_(writable=writable), preload=preload, wipe=scratch_places()).result()
                 except OSError as e:
                     self.log(f"no warm interpreter ({e}); starting each process cold")
                     self._servers[key] = None
             return self._servers[key]
 
+    @staticmethod
+    def _key(interpreter: str, writable: tuple[Path, ...], start_env: dict[str, str]) -> tuple:
+        return interpreter, writable, tuple(sorted(start_env.items()))
+
     def run(self, command: str, *, timeout_s: float, env: dict[str, str] | None = None,
-            writable: tuple[Path, ...] = (), key: str | None = None, shared: tuple[Path, ...] = ()) -> CommandResult:
+            writable: tuple[Path, ...] = (), key: str | None = None, shared: tuple[Path, ...] = (),
+            start_env: dict[str, str] | None = None) -> CommandResult:
         """`key` signs what the check hook records (agent.checks.records): a warm child gets it in its
         request, a cold command from an inherited descriptor its hook closes; never the environment.
+
+        `start_env`: variables read as the interpreter starts (OpenMP's, as torch loads it), so a warm
+        server must have been started with them: they choose the server, where `env` is the child's.
 
         `shared`: folders of another command's run that this one's warm server holds writable too, so
         one server forks both (one torch import fewer). It preloads torch alone: neither command may
@@ -75,34 +84,37 @@ class Launcher:
         makes anew between them."""
         cmd = parse_python(command) if self.warm else None
         served = tuple(sorted({*writable, *shared}))
-        server = self._server(cmd.interpreter, served, self._preload(cmd.argv, cmd.module, shared)) if cmd else None
+        start_env = start_env or {}
+        server = (self._server(cmd.interpreter, served, self._preload(cmd.argv, cmd.module, shared), start_env)
+                  if cmd else None)
         if server is not None:
             try:
                 res = replace(server.run(cmd, timeout_s=timeout_s, env=env, key=key), command=command)
             except WarmError as e:
                 self.log(f"{e}; starting each process cold from now on")
                 with self._lock:
-                    self._servers[(cmd.interpreter, served)] = None
+                    self._servers[self._key(cmd.interpreter, served, start_env)] = None
             else:
                 if not server.clean:  # the next run gets a new server, which nothing has touched
                     self.log("a test process left something behind that could not be removed; "
                              "the next one starts in a new warm interpreter")
                     with self._lock:
-                        if self._servers.get((cmd.interpreter, served)) is server:
-                            del self._servers[(cmd.interpreter, served)]
+                        if self._servers.get(self._key(cmd.interpreter, served, start_env)) is server:
+                            del self._servers[self._key(cmd.interpreter, served, start_env)]
                     if not server.close() and res.escaped is None:
                         res = replace(res, escaped="processes it left could not be ended: the warm server's "
                                                    "cgroup did not empty")
                 return res
         sandbox = self.sandbox.with_(writable=writable)
+        env = {**start_env, **(env or {})}
         if key is None:
             return self.runner.run(command, self.root, sandbox=sandbox, timeout_s=timeout_s,
-                                   env={**self.env, **(env or {})})
+                                   env={**self.env, **env})
         fd = os.memfd_create("perfagent-key", 0)  # inheritable: the command's processes read it, at offset 0
         try:
             os.write(fd, key.encode())
             return self.runner.run(command, self.root, sandbox=sandbox, timeout_s=timeout_s, pass_fds=(fd,),
-                                   env={**self.env, **(env or {}), "PERFAGENT_KEY_FD": str(fd)})
+                                   env={**self.env, **env, "PERFAGENT_KEY_FD": str(fd)})
         finally:
             os.close(fd)
 

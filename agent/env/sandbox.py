@@ -49,7 +49,7 @@ DEFAULT_MAX_OUTPUT = 30_000
 # Variables the target's commands may see; API keys are deliberately not among them.
 PASSTHROUGH_ENV = (
     "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
-    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_HOME",
+    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "TORCH_HOME",
 )
 # Home folders are hidden wholesale, /tmp and /var/tmp replaced by private ones; `_needed_binds`
 # says what is mounted back from under them.

@@ -127,3 +127,14 @@ def test_a_baseline_bench_that_fails_when_sampled_is_the_tasks_error_and_stops_t
     assert e.perf.error_side == "baseline" and e.perf.n_pairs == 0
     assert "baseline bench failed (exit code 3)" in (e.error or "")
     assert [side(c) for c in calls if c.account_cpu] == ["baseline"]
+
+
+def test_test_processes_side_by_side_wait_for_a_core_asleep_and_the_samples_run_as_the_task_does(check):
+    """On a CPU-only machine the tests and the bench's instrumented run share the cores: their OpenMP
+    threads wait asleep (OMP_WAIT_POLICY), where spinning they burnt four times the CPU (SGLang's tests);
+    the timed samples, which run alone, keep the task's own settings."""
+    ev, calls = check({TESTS: 0})
+    runs = [c for c in calls if named(c) in ("tests", "bench") and not c.account_cpu]
+    samples = [c for c in calls if named(c) == "bench" and c.account_cpu]
+    assert len(runs) == 2 and all(c.env.get("OMP_WAIT_POLICY") == "PASSIVE" for c in runs), runs
+    assert samples and not any("OMP_WAIT_POLICY" in c.env for c in samples)

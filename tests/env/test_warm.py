@@ -238,3 +238,19 @@ def test_a_child_not_asked_to_learn_teaches_the_server_nothing(server):
     (root / "look.py").write_text("import sys\nprint('email.mime.text' in sys.modules)\n")
     assert w.run(parse_python("python imp.py"), timeout_s=30).exit_code == 0
     assert w.run(parse_python("python look.py"), timeout_s=30).output.strip() == "False" and w.learned == 0
+
+
+def test_a_runs_start_environment_chooses_its_warm_server(tmp_path):
+    """What an interpreter reads as it starts (OpenMP's settings, read as torch loads) cannot be set
+    in a child forked after that: a run with other such variables is served by a server of its own."""
+    from agent.checks.launch import Launcher
+
+    (tmp_path / "show.py").write_text("import os\nprint(os.readlink('/proc/self/ns/pid'), os.environ.get('V'))\n")
+    launcher = Launcher(tmp_path, base_env({"PYTHONPATH": str(tmp_path)}))
+    try:
+        got = [launcher.run("python show.py", timeout_s=60, start_env=start).output.split()
+               for start in ({"V": "1"}, None, {"V": "1"}, {"V": "2"})]
+    finally:
+        launcher.close()
+    assert [v for _, v in got] == ["1", "None", "1", "2"]
+    assert got[0][0] == got[2][0] and len({got[0][0], got[1][0], got[3][0]}) == 3, "one server per start environment"
