@@ -50,9 +50,9 @@ class Launcher:
         """Whether a warm server was ever started here (so one served some run)."""
         return self._started
 
-    def _server(self, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...],
+    def _server(self, key: tuple, interpreter: str, writable: tuple[Path, ...], preload: tuple[str, ...],
                 start_env: dict[str, str]) -> WarmPython | None:
-        key = self._key(interpreter, writable, start_env)
+        """The server for `key` (interpreter, writable folders, start environment), started on first use."""
         with self._lock:
             if key not in self._servers:
                 self._started = True
@@ -64,10 +64,6 @@ class Launcher:
                     self.log(f"no warm interpreter ({e}); starting each process cold")
                     self._servers[key] = None
             return self._servers[key]
-
-    @staticmethod
-    def _key(interpreter: str, writable: tuple[Path, ...], start_env: dict[str, str]) -> tuple:
-        return interpreter, writable, tuple(sorted(start_env.items()))
 
     def run(self, command: str, *, timeout_s: float, env: dict[str, str] | None = None,
             writable: tuple[Path, ...] = (), key: str | None = None, shared: tuple[Path, ...] = (),
@@ -85,7 +81,8 @@ class Launcher:
         cmd = parse_python(command) if self.warm else None
         served = tuple(sorted({*writable, *shared}))
         start_env = start_env or {}
-        server = (self._server(cmd.interpreter, served, self._preload(cmd.argv, cmd.module, shared), start_env)
+        skey = (cmd.interpreter, served, tuple(sorted(start_env.items()))) if cmd else ()
+        server = (self._server(skey, cmd.interpreter, served, self._preload(cmd.argv, cmd.module, shared), start_env)
                   if cmd else None)
         if server is not None:
             try:
@@ -93,14 +90,14 @@ class Launcher:
             except WarmError as e:
                 self.log(f"{e}; starting each process cold from now on")
                 with self._lock:
-                    self._servers[self._key(cmd.interpreter, served, start_env)] = None
+                    self._servers[skey] = None
             else:
                 if not server.clean:  # the next run gets a new server, which nothing has touched
                     self.log("a test process left something behind that could not be removed; "
                              "the next one starts in a new warm interpreter")
                     with self._lock:
-                        if self._servers.get(self._key(cmd.interpreter, served, start_env)) is server:
-                            del self._servers[self._key(cmd.interpreter, served, start_env)]
+                        if self._servers.get(skey) is server:
+                            del self._servers[skey]
                     if not server.close() and res.escaped is None:
                         res = replace(res, escaped="processes it left could not be ended: the warm server's "
                                                    "cgroup did not empty")

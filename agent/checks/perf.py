@@ -254,7 +254,8 @@ class Bench:
         key = new_key() if self.hook else None
         try:
             place = self.inside[side]
-            learn, self.learn = self.learn and side == "baseline", self.learn and side != "baseline"
+            learn = self.learn and side == "baseline"
+            self.learn = self.learn and not learn
             res = self.server.run(cmd, timeout_s=spec.timeout_s, cwd=place, key=key,
                                   env={"PYTHONPATH": str(place), **(clocks.ENV if key else {})},
                                   path=(str(place),), hide=tuple(p for p in self.inside.values() if p != place),

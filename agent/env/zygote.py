@@ -334,7 +334,7 @@ def _child(req, write_fd, control, learn_fd=None):
     os.dup2(devnull, 0)
     os.close(devnull)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    before = set(sys.modules)
+    before = set(sys.modules) if learn_fd is not None else None
     if req.get("hide") and not _hide(req["hide"]):
         sys.stderr.write("perfagent: the other sides' checkouts could not be hidden (Landlock); not run\n")
         os._exit(125)
