@@ -235,6 +235,8 @@ class WarmPython:
                 raise WarmError("the warm interpreter exited") from None
             reply = self._read(timeout_s + 30 + (START_TIMEOUT_S if learn else 0))
             self.learned += int(reply.get("learned", 0))
+            if reply.get("threaded"):  # the server has ended: the next run says why
+                self._dead = "a module the warm interpreter imported for later runs started a thread; it serves no more"
         text = reply["output"]
         if reply["timed_out"]:
             text += f"\n[timed out after {timeout_s:g}s; every process of the command killed]"

@@ -535,6 +535,7 @@ def main():
                 names = []
             os.close(learn_fd)
             result["learned"], threaded = _learn(names if isinstance(names, list) else [])
+            result["threaded"] = threaded
         reply(result)
         if threaded:  # no child may be forked from here any more: the host sees the server end
             return
