@@ -80,6 +80,20 @@ class _Shadow:
         self.storage, self.mask, self.elem, self.site = storage, mask, elem, site
 
 
+_ALLOCATES, _GROWING, _PASSES, _USES = range(4)  # what an op is to the sanitizer (_Plan.kind)
+
+
+class _Plan:
+    """One op as the sanitizer sees it (_Sanitizer._plan)."""
+
+    __slots__ = ("kind", "name", "label", "arguments", "written", "custom", "moves", "overwrites", "partial",
+                 "accumulates")
+
+    def __init__(self, **fields):
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+
 def start(folder, after_import, sign):
     """Install the sanitizer in this process (torch already imported); `after_import(module, then)`
     and `sign(row)` come from the check hook."""
@@ -149,7 +163,7 @@ class _Sanitizer:
         self.ops = 0
         self.mode = None
         self.canary = False  # the canary's read was caught
-        self.schemas = {}
+        self.plans = {}  # op -> _Plan
         self.capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
@@ -217,46 +231,81 @@ class _Sanitizer:
 
     def dispatch(self, func, args, kwargs):
         self.ops += 1
-        name = func._overloadpacket.__name__
-        if name in _ALLOCATORS:
+        plan = self.plans.get(func) or self._plan(func)
+        if plan.kind == _ALLOCATES:
             result = func(*args, **kwargs)
             self.track(result)
             return result
-        if name in _GROWS and args and isinstance(args[0], self.torch.Tensor):
+        if plan.kind == _GROWING and args and isinstance(args[0], self.torch.Tensor):
             return self._growing(func, args, kwargs)
-        if not self.shadows or name in _METADATA or func.is_view or name.endswith("_like") or name.startswith("new_"):
+        if not self.shadows or plan.kind != _USES:
             return func(*args, **kwargs)
         if self.capturing():  # a CUDA graph capture executes nothing, and a mask check would sync
             return func(*args, **kwargs)
-        written = self._written(func)
-        custom = func.namespace not in ("aten", "prims")
-        accumulate = kwargs.get("accumulate") or (name in ("index_put_", "_index_put_impl_", "put_")
-                                                  and len(args) > 3 and args[3] is True)
-        move = None if custom or accumulate or name not in _MOVES else name
-        overwrites = name in _OVERWRITE or (name in _PARTIAL and not accumulate)
-        arguments = list(self._arguments(func, args, kwargs))
+        if not self._touches(args) and not self._touches(kwargs.values()):  # most ops: nothing to read or mark
+            return func(*args, **kwargs)
+        name, written, custom = plan.name, plan.written, plan.custom
+        accumulate = kwargs.get("accumulate") or (plan.accumulates and len(args) > 3 and args[3] is True)
+        move = None if custom or accumulate or not plan.moves else name
+        overwrites = plan.overwrites or (plan.partial and not accumulate)
+        arguments = [*zip(plan.arguments, args), *kwargs.items()]
         for arg, value in arguments:
             if move is not None and arg in _DATA:
                 continue  # copied, not used: the copy carries the unwritten elements along
             if custom or arg not in written or not (written[arg] or overwrites):
                 for t in _tensors(value, self.torch):
-                    self.check_read(t, str(func), arg)
+                    self.check_read(t, plan.label, arg)
         result = func(*args, **kwargs)
         if move is not None:
             if not self.propagate(func, dict(arguments), result):  # a form the masks cannot follow: a use
                 for arg, value in arguments:
                     if arg in _DATA and not (arg == "self" and move in _INPLACE_MOVES):
                         for t in _tensors(value, self.torch):
-                            self.check_read(t, str(func), arg)
+                            self.check_read(t, plan.label, arg)
             return result
         for arg, value in arguments:
             if arg in written or custom:
                 for t in _tensors(value, self.torch):
-                    if name in _PARTIAL and overwrites and not custom:
+                    if plan.partial and overwrites and not custom:
                         self.mark_partial(name, t, args)
                     else:
                         self.mark(t)
         return result
+
+    def _touches(self, values):
+        """Whether a tensor among `values` (or in a list of them) may have a shadow: the one question of
+        an op that touches none, which every later step would answer the same for it."""
+        tensor, shadows = self.torch.Tensor, self.shadows
+        for value in values:
+            for t in (value,) if isinstance(value, tensor) else value if isinstance(value, (list, tuple)) else ():
+                if isinstance(t, tensor):
+                    try:
+                        if t.untyped_storage().data_ptr() in shadows:
+                            return True
+                    except (RuntimeError, NotImplementedError):  # storage-less tensors: never tracked
+                        pass
+        return False
+
+    def _plan(self, func):
+        """What `dispatch` needs to know of an op, worked out once per op: every op of a test run
+        passes here, and reading an op's schema costs more than most ops do."""
+        name = func._overloadpacket.__name__
+        if name in _ALLOCATORS:
+            kind = _ALLOCATES
+        elif name in _GROWS:
+            kind = _GROWING
+        elif name in _METADATA or func.is_view or name.endswith("_like") or name.startswith("new_"):
+            kind = _PASSES
+        else:
+            kind = _USES
+        schema = func._schema.arguments
+        plan = self.plans[func] = _Plan(
+            kind=kind, name=name, label=str(func), arguments=tuple(a.name for a in schema),
+            # the arguments the schema marks as written: name -> True for `out=` ones (never read)
+            written={a.name: a.kwarg_only for a in schema if a.alias_info is not None and a.alias_info.is_write},
+            custom=func.namespace not in ("aten", "prims"), moves=name in _MOVES, overwrites=name in _OVERWRITE,
+            partial=name in _PARTIAL, accumulates=name in ("index_put_", "_index_put_impl_", "put_"))
+        return plan
 
     def _growing(self, func, args, kwargs):
         """`resize_`/`set_` that grow their tensor's own storage: the new bytes are unwritten (a storage
@@ -281,21 +330,6 @@ class _Sanitizer:
             self.allocated_at(site)
         self.shadows[after.data_ptr()] = _Shadow(weakref.ref(after), mask, elem, site)
         return result
-
-    def _written(self, func):
-        """The arguments the op's schema marks as written: name -> True for `out=` ones (never read)."""
-        cached = self.schemas.get(func)
-        if cached is None:
-            cached = self.schemas[func] = {a.name: a.kwarg_only for a in func._schema.arguments
-                                           if a.alias_info is not None and a.alias_info.is_write}
-        return cached
-
-    @staticmethod
-    def _arguments(func, args, kwargs):
-        for spec, value in zip(func._schema.arguments, args):
-            yield spec.name, value
-        for item in kwargs.items():
-            yield item
 
     def propagate(self, func, a, result):
         """A copying op: the same op on the masks says which elements of its output are unwritten

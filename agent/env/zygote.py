@@ -23,6 +23,7 @@ only children of one server.
 import builtins
 import ctypes
 import fcntl
+import gc
 import importlib.machinery
 import json
 import os
@@ -36,6 +37,7 @@ import termios
 import time
 import traceback
 import types
+import weakref
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -322,6 +324,17 @@ def _learn(names):
     return len(sys.modules) - had, len(os.listdir("/proc/self/task")) > threads
 
 
+def _settle():
+    """What the server has imported stays the server's in every child: its objects out of the cycle
+    collector's sight (with torch's 170,000 of them tracked, a child's full collection took 230 ms,
+    writing to every page it walked), and the finalizers its imports registered to run at exit not run
+    at each child's (torch's 134 operator libraries took 50 ms of every child). A child's own objects
+    and finalizers are as in any process."""
+    gc.freeze()
+    for f in list(getattr(weakref.finalize, "_registry", ())):
+        f.atexit = False
+
+
 def _child(req, write_fd, control, learn_fd=None):
     secret = req.pop("key", None)  # for the check hook only: gone from the request before any code under test
     os.setsid()
@@ -480,6 +493,7 @@ def main():
             loaded.append(name)
         except BaseException:
             pass
+    _settle()
     try:
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
@@ -536,6 +550,7 @@ def main():
             os.close(learn_fd)
             result["learned"], threaded = _learn(names if isinstance(names, list) else [])
             result["threaded"] = threaded
+            _settle()
         reply(result)
         if threaded:  # no child may be forked from here any more: the host sees the server end
             return

@@ -232,6 +232,24 @@ def test_a_learning_child_teaches_the_server_what_it_imported_of_the_installatio
     assert w.run(parse_python("python look.py"), timeout_s=30).output.strip() == "[True, False, False]"
 
 
+def test_what_the_server_imported_stays_its_own_in_each_child(tmp_path):
+    """A child neither walks the server's imported objects in its cycle collections nor runs, at its
+    exit, the finalizers the server's imports registered (torch's cost every child 230 ms and 50 ms);
+    the child's own finalizers still run."""
+    (tmp_path / "preloaded.py").write_text(
+        "import weakref\nclass Held: pass\nHELD = Held()\nweakref.finalize(HELD, print, 'the server finalized')\n")
+    (tmp_path / "own.py").write_text(
+        "import gc, weakref\nclass Mine: pass\nm = Mine()\nweakref.finalize(m, print, 'mine finalized')\n"
+        "print('frozen', gc.get_freeze_count() > 0)\n")
+    w = WarmPython("python", tmp_path, env=base_env({"PYTHONPATH": str(tmp_path)}), preload=("preloaded",))
+    try:
+        out = w.run(parse_python("python own.py"), timeout_s=30).output
+    finally:
+        w.close()
+    assert w.preloaded == ["preloaded"]
+    assert "frozen True" in out and "mine finalized" in out and "the server finalized" not in out, out
+
+
 def test_a_child_not_asked_to_learn_teaches_the_server_nothing(server):
     w, root = server
     (root / "imp.py").write_text("import email.mime.text\n")
