@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 
@@ -121,20 +122,29 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
     measure = perf and spec.perf is not None
     bench_sides = _bench_sides(sides, cand, reference) if measure else {}
     bench = _bench(sides, bench_sides) if measure else None  # its server imports torch while the tests run
+    policy = (measuring.quick if quick else measuring.full).at_most(spec.perf.max_pairs if spec.perf else None)
+    warmed: dict[str, dict[str, list[float]] | None] = {}
+
+    def warm_up() -> None:  # the sampling's warm-up, discarded: on a core the tests leave idle
+        assert bench is not None and spec.perf is not None
+        bench.learn = policy.warmup > 0  # from the baseline's first run (Bench.learn)
+        warmed["values"] = perfmod.warm_up(bench_sides, spec.perf, policy, log=sides.log, bench=bench)
+
     if measure:
         threading.Thread(target=preload_stats, daemon=True).start()
     try:
         # a quick check runs the bench once for its line records alone (no poison, no sanitizer): grade
         # never calls faster a change whose lines the bench did not run
         _correctness(sides, cand, e, changed, allocations, bench=spec.perf is not None and (measure or not quick),
-                     lines_only=quick, heal=heal)
+                     lines_only=quick, heal=heal, idle=warm_up if bench is not None and policy.warmup else None)
         if spec.correctness.initcheck and e.correctness and not e.correctness.plain.timed_out:
             # evidence beside the tests', whether or not they failed
             e.initcheck = sides.initcheck().check(cand.root, sides.baseline().root, sides.test_env)
         if bench is not None and not decided(e, spec):
             if reference and "reference" not in bench_sides:
                 e.reference = ReferenceResult(error=sides.reference_missing)
-            _sample(sides, e, bench_sides, bench, quick=quick, measuring=measuring)
+            _sample(sides, e, bench_sides, bench, policy, quick=quick, measuring=measuring,
+                    warmed=warmed.get("values"))
     finally:
         if bench is not None:
             bench.close()
@@ -142,13 +152,14 @@ def _gather(sides: Sides, cand: Workspace, e: Evidence, written: list[str], *, q
 
 def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileLines],
                  allocations: dict[str, tuple[str, list[int]]], *, bench: bool, lines_only: bool = False,
-                 heal: bool = False) -> None:
+                 heal: bool = False, idle: Callable[[], None] | None = None) -> None:
     """The tests, plain and poisoned, and (`bench`) the bench once under the poisoned run's instruments;
     (`lines_only`, a quick check) under the line recorder alone, to learn which changed lines it runs.
     `heal`: the sanitizer zero-fills a changed line's buffer once it records its read, so one poisoned
     run names every buffer read uninitialised (agent.checks.sanitizer.prepare). That never turns a fail
     into a pass (the read it follows fails the change), but the poisoned tests no longer meet that garbage:
-    for a search's checks, never a graded one."""
+    for a search's checks, never a graded one. `idle`: work for the plain run's lane once its runs passed,
+    where the runs go side by side (the poisoned one, the longest, still runs then)."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
@@ -210,7 +221,14 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
             lanes = [["poison"], ["plain", "bench"]] if few else [[n] for n in names]
-            done = [pool.submit(lambda lane: {n: run(n) for n in lane}, lane) for lane in lanes]
+
+            def lane(names: list[str]) -> dict[str, CommandRun]:
+                done = {n: run(n) for n in names}
+                if idle is not None and "plain" in done and all(r.passed for r in done.values()):
+                    idle()
+                return done
+
+            done = [pool.submit(lane, names) for names in lanes]
             runs = {name: got for lane in done for name, got in lane.result().items()}
         else:
             runs = {}
@@ -323,13 +341,13 @@ def _bench(sides: Sides, bench_sides: dict[str, Path]) -> Bench:
                  hook=clocks.install(sides.workdir / "bench-hook"))
 
 
-def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, *, quick: bool,
-            measuring: Measuring) -> None:
-    """Interleaved samples of every side, holding the device's lock. A reference whose bench fails is
-    dropped and the rest measured again; a baseline whose bench fails makes the task uncheckable."""
+def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Bench, policy: SamplingPolicy, *,
+            quick: bool, measuring: Measuring, warmed: dict[str, list[float]] | None = None) -> None:
+    """Interleaved samples of every side by `policy`, holding the device's lock (`warmed`: its warm-up
+    rounds, taken already). A reference whose bench fails is dropped and the rest measured again; a
+    baseline whose bench fails makes the task uncheckable."""
     spec = sides.task.spec.perf
     assert spec is not None
-    policy = (measuring.quick if quick else measuring.full).at_most(spec.max_pairs)
     seed = measuring.seed if measuring.seed is not None else secrets.randbelow(2**31)
     device = e.environment.device or "cpu"
     result = PerfResult(metric=spec.metric, direction=spec.direction, min_effect=spec.min_effect, seed=seed,
@@ -342,15 +360,16 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
         samples = None
         try:
             while samples is None and result.error is None:
-                bench.learn = policy.warmup > 0  # from the baseline's first run, a warm-up
+                bench.learn = policy.warmup > 0 and warmed is None  # from the baseline's first run, a warm-up
                 try:
-                    samples = perfmod.sample(bench_sides, spec, policy, seed=seed, log=sides.log, bench=bench)
+                    samples = perfmod.sample(bench_sides, spec, policy, seed=seed, log=sides.log, bench=bench,
+                                             warmed=warmed)
                 except BenchError as err:
                     if err.side == "reference" and "reference" in bench_sides:  # rare: drop it, measure again
                         e.reference = ReferenceResult(error=str(err))
                         bench_sides = {k: v for k, v in bench_sides.items() if k != "reference"}
                         bench.close()
-                        bench = _bench(sides, bench_sides)
+                        bench, warmed = _bench(sides, bench_sides), None
                     else:
                         result.error, result.error_side = str(err), err.side
             c = samples.comparison if samples is not None else None

@@ -300,16 +300,35 @@ class Bench:
             self.server = None
 
 
+def warm_up(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *,
+            log: Callable[[str], None] = lambda _: None,
+            bench: Callable[[str, Path, PerfSpec], Reading] = run_bench) -> dict[str, list[float]] | None:
+    """`policy`'s warm-up rounds, the baseline first, ahead of `sample` (pass it their values as `warmed`):
+    they are discarded, so they may run while the machine still does other work (the poisoned tests).
+    None where a round was lost or a bench failed: `sample` then warms up itself, and says why."""
+    warmup: dict[str, list[float]] = {s: [] for s in sides}
+    try:
+        for _ in range(policy.warmup):
+            for side in ("baseline", *(s for s in sides if s != "baseline")):
+                warmup[side].append(bench(side, sides[side], spec)[0])
+    except (RoundLost, BenchError):
+        return None
+    log("perf warm-up, ahead of the sampling: " + ", ".join(f"{s}={v[-1]:.4g}" for s, v in warmup.items() if v))
+    return warmup
+
+
 def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, seed: int,
            log: Callable[[str], None] = lambda _: None,
-           bench: Callable[[str, Path, PerfSpec], Reading] = run_bench) -> Samples:
-    """Interleaved rounds over `sides` (must include "baseline" and "candidate"), looking after each."""
+           bench: Callable[[str, Path, PerfSpec], Reading] = run_bench,
+           warmed: dict[str, list[float]] | None = None) -> Samples:
+    """Interleaved rounds over `sides` (must include "baseline" and "candidate"), looking after each;
+    `warmed`: the warm-up rounds' values where `warm_up` took them already."""
     rng = random.Random(seed)
     before, ours = snapshot(), 0.0  # the machine around the loop; our bench processes' CPU seconds
     running: list[int] = []  # runnable tasks after each round
     level = sequential_alpha(policy.min_pairs, policy.max_pairs, looks=policy.looks)
     values: dict[str, list[float]] = {s: [] for s in sides}
-    warmup: dict[str, list[float]] = {s: [] for s in sides}
+    warmup: dict[str, list[float]] = warmed if warmed is not None else {s: [] for s in sides}
     wall: dict[str, list[float | None]] = {s: [] for s in sides}
     cpu: dict[str, list[float | None]] = {s: [] for s in sides}
     unit = timer = None
@@ -319,6 +338,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
         order = list(sides)
         rng.shuffle(order)
         is_warmup = rnd < policy.warmup
+        if is_warmup and warmed is not None:
+            continue  # its order drawn all the same: one seed, the same pairs in the same order
         if rnd == 0:  # the baseline first: a bench that is broken for everyone is the task's fault
             order.remove("baseline")
             order.insert(0, "baseline")

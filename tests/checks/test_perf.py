@@ -16,7 +16,7 @@ import pytest
 from agent.checks import FULL, QUICK, Checker, SamplingPolicy, summarize
 from agent.checks import collect
 from agent.checks.lock import device_lock, lock_path
-from agent.checks.perf import Reading, parse_metric, sample
+from agent.checks.perf import BenchError, Reading, parse_metric, sample, warm_up
 from agent.checks.stats import sequential_alpha
 from agent.env.warm import WarmPython
 from agent.task import PerfSpec
@@ -81,6 +81,26 @@ def test_rounds_interleave_in_shuffled_order_and_the_warmup_is_discarded():
     sample({"baseline": Path("b"), "candidate": Path("c")}, spec, SamplingPolicy(5, 12, warmup=1), seed=3,
            bench=fake_bench({"baseline": 10.0, "candidate": 8.0}, again))
     assert again == calls, "the order is reproducible from the seed"
+
+
+def test_a_warm_up_taken_ahead_leaves_the_seeds_pairs_as_they_were():
+    """`warm_up` takes the warm-up rounds before the sampling (beside other work); `sample` given them runs
+    only the kept pairs, in the order the same seed gives them when it warms up itself."""
+    sides = {"baseline": Path("b"), "candidate": Path("c")}
+    spec, policy = PerfSpec(command="x", metric="m", min_effect=0.0001), SamplingPolicy(5, 12, warmup=1)
+    values = {"baseline": 10.0, "candidate": 8.0}
+    itself: list[str] = []
+    sample(sides, spec, policy, seed=3, bench=fake_bench(values, itself))
+    ahead: list[str] = []
+    warmed = warm_up(sides, spec, policy, bench=fake_bench(values, ahead))
+    assert ahead == ["baseline", "candidate"] and warmed is not None and len(warmed["candidate"]) == 1
+    kept: list[str] = []
+    s = sample(sides, spec, policy, seed=3, bench=fake_bench(values, kept), warmed=warmed)
+    assert kept == itself[2:] and s.warmup is warmed and len(s.values["baseline"]) == len(itself) // 2 - 1
+
+    def broken(side: str, root: Path, spec: PerfSpec):
+        raise BenchError(side, "no metric line")
+    assert warm_up(sides, spec, policy, bench=broken) is None  # the sampling warms up itself, and says why
 
 
 def test_sampling_stops_once_the_interval_is_narrower_than_the_minimum_effect():
@@ -218,6 +238,48 @@ def test_a_checks_bench_server_learns_from_the_baselines_warm_up_alone(tmp_path,
             asked.clear()
             c.evaluate(make_patch(src, tmp_path, SAME), perf=True, quick=quick)
             assert asked[0] == ("baseline", True) and not any(learn for _, learn in asked[1:]), asked
+
+
+def test_the_warm_up_runs_beside_the_poisoned_tests_and_the_sampling_starts_with_a_kept_pair(tmp_path, monkeypatch):
+    """Where the test runs go side by side, the sampling's warm-up (discarded; the server learns from the
+    baseline's) runs in the plain run's lane once that passed, while the poisoned run goes on, not on the
+    quiet time the kept pairs need; the sampling then neither warms up again nor learns."""
+    from helpers import FIXTURE
+    from agent.task import load_task
+
+    slow = 'import os, time, pkg.work\ntime.sleep(3 if os.environ.get("PERFAGENT_POISON") else 0)\n'
+    files = {**FIXTURE, "slow.py": slow}
+    task, src = make_task(tmp_path, correctness="python slow.py", poison=True, min_effect=0.03, files=files)
+    calls: list[tuple[str, bool, bool, float]] = []  # side, asked to learn, from the main thread, when
+
+    class Bench:
+        mode, learn, learned = "a fake bench", False, 0
+
+        def __call__(self, side, root, spec):
+            calls.append((side, self.learn, threading.current_thread() is threading.main_thread(), time.monotonic()))
+            self.learn = self.learn and side != "baseline"
+            return 10.0 + 0.01 * len(calls), "ms"
+
+        def close(self):
+            pass
+    ended: dict[str, float] = {}
+    run_check = collect.run_check
+
+    def timed(name, *args, **kwargs):
+        try:
+            return run_check(name, *args, **kwargs)
+        finally:
+            ended[name] = time.monotonic()
+    monkeypatch.setattr(collect, "_bench", lambda checker_sides, bench_sides: Bench())
+    monkeypatch.setattr(collect, "run_check", timed)
+    with Checker(load_task(tmp_path / "task.toml"), tmp_path / "work", lock_dir=tmp_path / "locks", seed=2) as c:
+        ev = c.evaluate(make_patch(src, tmp_path, SAME), perf=True)
+    assert ev.correctness.poison is not None and ev.correctness.poison.passed, ev.reasons
+    warm, kept = calls[:2], calls[2:]
+    assert [c[:3] for c in warm] == [("baseline", True, False), ("candidate", False, False)]
+    assert all(at < ended["poison"] for *_, at in warm), "the warm-up waited for the poisoned run"
+    assert kept and all(main and not learn and at > ended["poison"] for _, learn, main, at in kept), kept
+    assert ev.perf.warmups_discarded == 1 and ev.perf.n_pairs == len(kept) // 2
 
 # -- the device lock ---------------------------------------------------------------------------
 def test_device_lock_excludes_other_holders_and_waits(tmp_path):
