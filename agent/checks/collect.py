@@ -158,8 +158,8 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
     `heal`: the sanitizer zero-fills a changed line's buffer once it records its read, so one poisoned
     run names every buffer read uninitialised (agent.checks.sanitizer.prepare). That never turns a fail
     into a pass (the read it follows fails the change), but the poisoned tests no longer meet that garbage:
-    for a search's checks, never a graded one. `idle`: work for the plain run's lane once its runs passed,
-    where the runs go side by side (the poisoned one, the longest, still runs then)."""
+    for a search's checks, never a graded one. `idle`: work for the core the other runs leave while the
+    poisoned one (the longest) still runs, where they go side by side: once every other run has passed."""
     spec = sides.task.spec.correctness
     workdir = sides.workdir
     py_files = [f.path for f in changed if f.path.endswith(".py")]
@@ -221,14 +221,21 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
         found = pool.submit(_find_read_sites, allocations)  # static, while the tests run
         if parallel:
             lanes = [["poison"], ["plain", "bench"]] if few else [[n] for n in names]
+            # `idle` goes to the lane that ends the last run but the poisoned one, if all of those passed
+            ahead = set(names) - {"poison"}
+            passed: dict[str, bool] = {}
+            lock = threading.Lock()
 
-            def lane(names: list[str]) -> dict[str, CommandRun]:
-                done = {n: run(n) for n in names}
-                if idle is not None and "plain" in done and all(r.passed for r in done.values()):
+            def lane(mine: list[str]) -> dict[str, CommandRun]:
+                done = {n: run(n) for n in mine}
+                with lock:
+                    passed.update((n, r.passed) for n, r in done.items() if n in ahead)
+                    last = bool(ahead & set(done)) and passed.keys() == ahead and all(passed.values())
+                if last and idle is not None and "poison" in names:
                     idle()
                 return done
 
-            done = [pool.submit(lane, names) for names in lanes]
+            done = [pool.submit(lane, mine) for mine in lanes]
             runs = {name: got for lane in done for name, got in lane.result().items()}
         else:
             runs = {}
