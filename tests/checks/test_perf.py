@@ -242,14 +242,17 @@ def test_a_checks_bench_server_learns_from_the_baselines_warm_up_alone(tmp_path,
 
 def test_the_warm_up_runs_beside_the_poisoned_tests_and_the_sampling_starts_with_a_kept_pair(tmp_path, monkeypatch):
     """Where the test runs go side by side, the sampling's warm-up (discarded; the server learns from the
-    baseline's) runs in the plain run's lane once that passed, while the poisoned run goes on, not on the
-    quiet time the kept pairs need; the sampling then neither warms up again nor learns."""
+    baseline's) runs once every other run has passed, while the poisoned run goes on, not on the quiet time
+    the kept pairs need; the sampling then neither warms up again nor learns. The poisoned run here ends
+    only once the warm-up has been (or after 20 s, where it waits for the poisoned run)."""
     from helpers import FIXTURE
     from agent.task import load_task
 
-    slow = 'import os, time, pkg.work\ntime.sleep(3 if os.environ.get("PERFAGENT_POISON") else 0)\n'
-    files = {**FIXTURE, "slow.py": slow}
-    task, src = make_task(tmp_path, correctness="python slow.py", poison=True, min_effect=0.03, files=files)
+    wait = ('import os, time, pkg.work\nend = time.time() + 20\n'
+            'while os.environ.get("PERFAGENT_POISON") and not os.path.exists("warmed") and time.time() < end:\n'
+            '    time.sleep(0.05)\n')
+    task, src = make_task(tmp_path, correctness="python wait.py", poison=True, min_effect=0.03,
+                          files={**FIXTURE, "wait.py": wait})
     calls: list[tuple[str, bool, bool, float]] = []  # side, asked to learn, from the main thread, when
 
     class Bench:
@@ -258,6 +261,8 @@ def test_the_warm_up_runs_beside_the_poisoned_tests_and_the_sampling_starts_with
         def __call__(self, side, root, spec):
             calls.append((side, self.learn, threading.current_thread() is threading.main_thread(), time.monotonic()))
             self.learn = self.learn and side != "baseline"
+            if len(calls) == 2:
+                (root / "warmed").write_text("")  # in the candidate's checkout, where its poisoned run waits
             return 10.0 + 0.01 * len(calls), "ms"
 
         def close(self):
@@ -280,6 +285,7 @@ def test_the_warm_up_runs_beside_the_poisoned_tests_and_the_sampling_starts_with
     assert all(at < ended["poison"] for *_, at in warm), "the warm-up waited for the poisoned run"
     assert kept and all(main and not learn and at > ended["poison"] for _, learn, main, at in kept), kept
     assert ev.perf.warmups_discarded == 1 and ev.perf.n_pairs == len(kept) // 2
+
 
 # -- the device lock ---------------------------------------------------------------------------
 def test_device_lock_excludes_other_holders_and_waits(tmp_path):
