@@ -12,8 +12,10 @@ the baseline's median), not its point estimate: the claim carries noise too, and
 point the rule called identical code "not confirmed" in 2 of 16 A/A trials that claimed a gain;
 a forged line is as precise as a true one, so its bound sits near its point and is still caught.
 
-    confirmed  iff some clock sees a saving (lo > 0) that does not rule S out (hi >= S): that
-                   clock could have refuted the claim, and did not
+    confirmed  iff some clock sees a saving (lo > 0 at STRICT, 99.5%) that does not rule S out
+                   (hi >= S at 95%): that clock could have refuted the claim, and did not; under
+                   9 pairs, where no signed-rank interval reaches 99.5%, a clock sees a saving only
+                   in every pair, and every other clock must see one at 95% (lo > 0)
     refuted    iff every clock's interval lies wholly below S (hi < S)
     otherwise      not established: no clock has measured the claim (too wide to tell S from no
                    saving), or one rules it out while another cannot tell. The answer is "not
@@ -37,10 +39,16 @@ from agent.checks.stats import Comparison, Direction, speedup
 from agent.checks.verdicts import PerfVerdict
 
 CONFIDENCE = 0.95
-# Sampling stops early on a refutation only at this level: a "not confirmed" fails the change, and
+# A clock sees a saving only at this level, at every look and at the last. The claim is the metric's,
+# which the candidate can forge, so the clock is all that stands between a forged line and "faster":
+# seen at 95%, the sampling's looks and two clocks let identical code through in about 5% of checks (a
+# forged 2x line passed a CI run at load ~10: wall 6.6 ms [1.1, 12.1] against a claimed 9.7 ms). Under
+# STRICT_FROM pairs no signed-rank interval reaches it; there a clock sees a saving only in every pair (7 pairs
+# do for identical code once in 128), and only where every other clock sees one at 95%.
+# Sampling also stops early on a refutation only at this level: a "not confirmed" fails the change, and
 # looking after every round at 95% let one burst of load refute a true 10 ms saving (wall clock
-# -10 ms [-29, 3.2] in a CI run at load ~6). The graded answer is still the 95% rule on every pair.
-EARLY_REFUTATION = 0.995
+# -10 ms [-29, 3.2] in a CI run at load ~6). The graded refutation is the 95% rule on every pair.
+STRICT = 0.995
 SECONDS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
 
 
@@ -84,24 +92,36 @@ def saving_interval(d: list[float], confidence: float = CONFIDENCE) -> ClockSavi
     x = np.sort(np.asarray(d, float))
     i, j = np.triu_indices(len(x))
     walsh = np.sort((x[i] + x[j]) / 2)
-    cdf = np.asarray(_signed_rank_cdf(len(x)))
-    k = max(1, int(np.count_nonzero(cdf <= (1 - confidence) / 2)))
-    return ClockSaving(estimate_s=float(np.median(walsh)), low_s=float(walsh[k - 1]), high_s=float(walsh[-k]),
-                       confidence=confidence)
+
+    def k(level: float) -> int:
+        return max(1, int(np.count_nonzero(np.asarray(_signed_rank_cdf(len(x))) <= (1 - level) / 2)))
+
+    return ClockSaving(estimate_s=float(np.median(walsh)), low_s=float(walsh[k(confidence) - 1]),
+                       high_s=float(walsh[-k(confidence)]), confidence=confidence, pairs=len(x),
+                       sees_saving=bool(walsh[k(STRICT) - 1] > 0))
 
 
-def _differences(baseline: list[float], candidate: list[float]) -> list[float] | None:
-    if not baseline or len(baseline) != len(candidate):
-        return None
-    return [b - c for b, c in zip(baseline, candidate)]
+def reaches(n: int, level: float) -> bool:
+    """Whether n pairs' signed-rank interval can reach `level` (else it is the widest, [min, max])."""
+    return _signed_rank_cdf(n)[0] <= (1 - level) / 2
+
+
+STRICT_FROM = next(n for n in range(1, 64) if reaches(n, STRICT))  # 9
+
+
+def _differences(f: OutsideClock) -> dict[str, list[float]]:
+    """Each clock's paired per-round differences, baseline - candidate; a clock without them is left out."""
+    sides = {"wall": (f.baseline_wall_s, f.candidate_wall_s), "cpu": (f.baseline_cpu_s, f.candidate_cpu_s)}
+    return {name: [x - y for x, y in zip(b, c)] for name, (b, c) in sides.items() if b and len(b) == len(c)}
 
 
 def decide(claimed_s: float | None, clocks: dict[str, ClockSaving]) -> tuple[bool, bool]:
     """(confirmed, refuted): the rule. `claimed_s` None: the metric is no time, so only its direction
     can be checked. A clock whose interval holds both no saving and the claim has measured neither."""
     need = 0.0 if claimed_s is None else claimed_s
-    return (any(c.low_s > 0 and c.high_s >= need for c in clocks.values()),
-            all(c.high_s < need for c in clocks.values()))
+    seeing = [c for c in clocks.values() if c.sees_saving]
+    enough = all(c.pairs >= STRICT_FROM or c.sees_saving or c.low_s > 0 for c in clocks.values())
+    return (enough and any(c.high_s >= need for c in seeing), all(c.high_s < need for c in clocks.values()))
 
 
 def seconds(x: float, scale: float | None = None) -> str:
@@ -124,9 +144,7 @@ def judge(p: PerfResult, figures: OutsideClock, *, calls: int, max_speedup: floa
     """`figures` (the per-side samples) with the rule applied to `p`'s answer; what grade reports."""
     out = figures.model_copy(update={"calls": calls, "claimed_s": None, "claimed_low_s": None, "wall": None,
                                      "cpu": None, "confirmed": None, "note": ""})
-    clocks = {name: saving_interval(d) for name, d in (
-        ("wall", _differences(figures.baseline_wall_s, figures.candidate_wall_s)),
-        ("cpu", _differences(figures.baseline_cpu_s, figures.candidate_cpu_s))) if d is not None}
+    clocks = {name: saving_interval(d) for name, d in _differences(figures).items()}
     out = out.model_copy(update=clocks)
     per_unit = seconds_per_unit(p.metric, p.unit)
     if per_unit is not None and p.baseline_median is not None and p.candidate_median is not None:
@@ -162,7 +180,9 @@ def _why(o: OutsideClock) -> str:
     if o.refuted:
         return "; every clock rules the claim out"
     need = (o.claimed_low_s if o.claimed_low_s is not None else o.claimed_s) or 0.0
-    said = [f"the {n} clock {'rules it out' if c.high_s < need else 'cannot tell it from no saving'}"
+    said = [f"the {n} clock " + ("rules it out" if c.high_s < need else
+                                 f"sees it in every pair, but under {STRICT_FROM} pairs the other clock must see it too"
+                                 if c.sees_saving else f"cannot tell it from no saving at {STRICT:.1%}")
             for n, c in (("wall", o.wall), ("cpu", o.cpu)) if c is not None]
     return f"; speed not established: {', '.join(said)}"
 
@@ -188,25 +208,22 @@ def figures(wall: dict[str, list[float | None]], cpu: dict[str, list[float | Non
 def settled(c: Comparison, direction: Direction, metric: str, unit: str | None, calls: int,
             wall: dict[str, list[float | None]], cpu: dict[str, list[float | None]], *,
             max_pairs: int | None = None) -> str | None:
-    """Whether sampling can stop on a "faster" the metric gives: "" once the rule's answer is clear at
-    EARLY_REFUTATION, stricter than the graded 95% because it is looked at after every round (every
-    clock rules the claimed saving out, or one sees a saving and does not rule the claim out); a reason
-    once no clock can answer by pair `max_pairs` (`futile`); None: sample on, so a few noisy pairs
-    cannot let a forged line through, nor an early burst of load refute a true gain."""
+    """Whether sampling can stop on a "faster" the metric gives: "" once the rule confirms the claim, or
+    every clock rules it out at STRICT (stricter than the graded 95%: it is looked at after every round);
+    a reason once no clock can answer by pair `max_pairs` (`futile`); None: sample on, so a few noisy
+    pairs cannot let a forged line through, nor an early burst of load refute a true gain."""
     if c.verdict != PerfVerdict.FASTER:
         return ""
-    f = figures(wall, cpu)
-    diffs = [d for d in (_differences(f.baseline_wall_s, f.candidate_wall_s),
-                         _differences(f.baseline_cpu_s, f.candidate_cpu_s)) if d is not None]
-    clocks = [saving_interval(d) for d in diffs]
+    diffs = _differences(figures(wall, cpu))
+    clocks = {name: saving_interval(d) for name, d in diffs.items()}
     per_unit = seconds_per_unit(metric, unit)
     if not clocks or per_unit is None or c.baseline_median is None:
         return ""
     need = least_claimed_saving(c.baseline_median, c.ci_low, c.ci_high, direction, calls, per_unit)
-    strict = [saving_interval(d, EARLY_REFUTATION) for d in diffs]
-    if all(k.high_s < need for k in strict) or any(k.low_s > 0 and c.high_s >= need for k, c in zip(strict, clocks)):
+    if all(saving_interval(d, STRICT).high_s < need for d in diffs.values()) or decide(need, clocks)[0]:
         return ""
-    return futile(clocks, need, len(diffs[0]), max_pairs) if max_pairs is not None else None
+    n = len(next(iter(diffs.values())))
+    return futile(list(clocks.values()), need, n, max_pairs) if max_pairs is not None else None
 
 
 # A clock whose interval, shrunk to the last pair (width ~ 1/sqrt(n)), is still FUTILE_MARGIN times the

@@ -156,6 +156,8 @@ class ClockSaving(BaseModel):
     low_s: float
     high_s: float
     confidence: float = 0.95
+    pairs: int = 0
+    sees_saving: bool = False  # above zero at the level a confirmation needs (agent.checks.confirm.STRICT)
 
 
 class OutsideClock(BaseModel):

@@ -4,8 +4,9 @@ Each trial samples a candidate against the baseline as a full check does (agent.
 forked from one warm server, the FULL policy, which samples on while the clocks have not answered a
 "faster") and judges the answer as grade does (agent.checks.confirm): "faster" only where a clock
 could have refuted the claimed saving and did not. Three candidates: the same code (A/A), and
-honest gains of 5% and 10% (the loop cut by that much). Prints JSON lines {"metric", "value",
-"unit"} per candidate: the share of trials ending "faster" (for A/A a false gain; else the power),
+honest gains of 5% and 10% (the loop cut by that much), and the same code printing its metric x1/3 or
+x0.6 (a forged 3x or 1.7x line). Prints JSON lines {"metric", "value", "unit"} per candidate: the share
+of trials ending "faster" (for A/A or a forged line a false gain; else the power),
 "not confirmed" as refuted (every clock rules the claim out: a fail) and as not established (no
 clock could tell: the machine's noise), the median pairs; and the rule's median cost per trial.
 
@@ -45,12 +46,15 @@ for _ in range(5):
     t = time.perf_counter()
     work()
     times.append((time.perf_counter() - t) * 1000)
-print(json.dumps({"metric": "loop_ms", "value": min(times), "unit": "ms"}))
+print(json.dumps({"metric": "loop_ms", "value": min(times) * SCALE, "unit": "ms"}))
 '''
+# name -> (the share of the loop the candidate cuts, the factor its metric line is forged by)
+CANDIDATES = {"aa": (0.0, 1.0), "gain5": (0.05, 1.0), "gain10": (0.10, 1.0), "forged3x": (0.0, 1 / 3),
+              "forged1.7x": (0.0, 0.6)}
 TARGET = Path(__file__).resolve().parents[2] / "target_repo"
 
 
-def _sides(tmp: Path, task: bool, gain: float) -> tuple[dict[str, Path], PerfSpec, int]:
+def _sides(tmp: Path, task: bool, gain: float, forged: float = 1.0) -> tuple[dict[str, Path], PerfSpec, int]:
     sides = {}
     for side in ("baseline", "candidate"):
         root = tmp / side / "repo"
@@ -59,11 +63,13 @@ def _sides(tmp: Path, task: bool, gain: float) -> tuple[dict[str, Path], PerfSpe
         else:
             root.mkdir(parents=True)
             iters = 150_000 if side == "baseline" else round(150_000 * (1 - gain))
-            (root / "bench.py").write_text(TINY.replace("ITERS", str(iters)))
+            scale = forged if side == "candidate" else 1.0
+            (root / "bench.py").write_text(TINY.replace("ITERS", str(iters)).replace("SCALE", repr(scale)))
         sides[side] = root
     if task:
-        return sides, PerfSpec(command="python bench/bench_graph_init.py", metric="init_ms", timeout_s=300), 20
-    return sides, PerfSpec(command="python bench.py", metric="loop_ms", timeout_s=60), 5
+        return sides, PerfSpec(command="python bench/bench_graph_init.py", metric="init_ms", timeout_s=300,
+                               calls=20), 20
+    return sides, PerfSpec(command="python bench.py", metric="loop_ms", timeout_s=60, calls=5), 5
 
 
 def _reaper_cost_ms(root: Path, n: int = 20) -> float:
@@ -81,12 +87,12 @@ def _busy() -> None:
         pass
 
 
-def trials(tmp: Path, args: argparse.Namespace, gain: float) -> dict[str, float]:
+def trials(tmp: Path, args: argparse.Namespace, gain: float, forged: float) -> dict[str, float]:
     """`args.n` full samplings of one candidate, each judged as grade judges it."""
     ends: Counter[str] = Counter()
     rule_s: list[float] = []
     pairs: list[int] = []
-    sides, spec, calls = _sides(tmp, args.task, gain)
+    sides, spec, calls = _sides(tmp, args.task, gain, forged)
     bench = Bench(spec, sides, tmp / "scratch")
     try:
         for trial in range(args.n):
@@ -113,6 +119,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=20, help="trials per candidate")
     ap.add_argument("--task", action="store_true", help="the bundled task's bench instead of a stdlib one")
     ap.add_argument("--load", type=int, default=0, help="busy processes beside the bench")
+    ap.add_argument("--only", nargs="+", choices=list(CANDIDATES), help="these candidates only")
     args = ap.parse_args()
     if not WarmPython.available():
         raise SystemExit("warm servers need bubblewrap")
@@ -122,11 +129,12 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("PERFAGENT_LOCK_DIR", str(Path(tmp) / "locks"))
-            for name, gain in (("aa", 0.0),) if args.task else (("aa", 0.0), ("gain5", 0.05), ("gain10", 0.10)):
-                for metric, value in trials(Path(tmp) / name, args, gain).items():
+            names = args.only or (["aa"] if args.task else list(CANDIDATES))
+            for name in names:
+                for metric, value in trials(Path(tmp) / name, args, *CANDIDATES[name]).items():
                     print(json.dumps({"metric": f"{name}_{metric}", "value": value, "load": args.load,
                                       "loadavg_1m": round(os.getloadavg()[0], 1)}), flush=True)
-            reaper_ms = _reaper_cost_ms(Path(tmp) / "aa" / "baseline" / "repo")
+            reaper_ms = _reaper_cost_ms(Path(tmp) / names[0] / "baseline" / "repo")
     finally:
         for proc in load:
             proc.terminate()
