@@ -92,21 +92,17 @@ def saving_interval(d: list[float], confidence: float = CONFIDENCE) -> ClockSavi
     x = np.sort(np.asarray(d, float))
     i, j = np.triu_indices(len(x))
     walsh = np.sort((x[i] + x[j]) / 2)
-
-    def k(level: float) -> int:
-        return max(1, int(np.count_nonzero(np.asarray(_signed_rank_cdf(len(x))) <= (1 - level) / 2)))
-
-    return ClockSaving(estimate_s=float(np.median(walsh)), low_s=float(walsh[k(confidence) - 1]),
-                       high_s=float(walsh[-k(confidence)]), confidence=confidence, pairs=len(x),
-                       sees_saving=bool(walsh[k(STRICT) - 1] > 0))
+    k, strict = max(1, _outside(len(x), confidence)), max(1, _outside(len(x), STRICT))
+    return ClockSaving(estimate_s=float(np.median(walsh)), low_s=float(walsh[k - 1]), high_s=float(walsh[-k]),
+                       confidence=confidence, pairs=len(x), sees_saving=bool(walsh[strict - 1] > 0))
 
 
-def reaches(n: int, level: float) -> bool:
-    """Whether n pairs' signed-rank interval can reach `level` (else it is the widest, [min, max])."""
-    return _signed_rank_cdf(n)[0] <= (1 - level) / 2
+def _outside(n: int, level: float) -> int:
+    """How many Walsh averages of n pairs lie below the interval at `level`; 0: n pairs cannot reach it."""
+    return int(np.count_nonzero(np.asarray(_signed_rank_cdf(n)) <= (1 - level) / 2))
 
 
-STRICT_FROM = next(n for n in range(1, 64) if reaches(n, STRICT))  # 9
+STRICT_FROM = next(n for n in range(1, 64) if _outside(n, STRICT))  # 9
 
 
 def _differences(f: OutsideClock) -> dict[str, list[float]]:
