@@ -45,7 +45,7 @@ def main() -> None:
         for new in ((True, False) if i % 2 == 0 else (False, True)):  # each order in turn: no warm-up bias
             coverage._shape = real if new else without_fine
             try:
-                wall, _, verdict = full(task, patch, bench=True)
+                wall, _, verdict, _ = full(task, patch, bench=True)
             finally:
                 coverage._shape = real
             (withs if new else withouts).append(wall)

@@ -6,7 +6,9 @@ run under the instruments, without it, and without it nor the sampling the clock
 (FULL.confirm off; the clock's figures themselves come from the wait that reaps each sample, for
 nothing), interleaved; and times one plain run of the task's tests
 in the same session (a fresh process, its own interpreter, no sandbox), the figure a full check is
-held to. Prints one JSON line per figure ({"metric", "value", "unit"}), medians over the runs.
+held to. Prints one JSON line per figure ({"metric", "value", "unit"}), medians over the runs, and where the
+full check's time goes: the tests phase (everything before the sampling: the plain, poisoned and bench's
+runs side by side), each of those runs' own seconds, and the sampling (the first-call round included).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from agent.task import load_task
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def full(task, patch: str, bench: bool, confirm: bool = True) -> tuple[float, float | None, str]:
-    """One full evaluation's wall seconds, its bench run's own seconds, and the verdict."""
+def full(task, patch: str, bench: bool, confirm: bool = True) -> tuple[float, float | None, str, dict[str, float]]:
+    """One full evaluation's wall seconds, its bench run's own seconds, the verdict, and its phases."""
     real = collect._correctness
 
     def without(*args, **kwargs):
@@ -49,7 +51,21 @@ def full(task, patch: str, bench: bool, confirm: bool = True) -> tuple[float, fl
     finally:
         collect._correctness = real
     b = ev.bench_check
-    return wall, (b.run.duration_s if b is not None else None), ev.verdict
+    return wall, (b.run.duration_s if b is not None else None), ev.verdict, phases(ev, wall)
+
+
+def phases(ev, wall: float) -> dict[str, float]:
+    """Where one full check's `wall` seconds went, from its evaluation."""
+    perf, c = ev.perf, ev.correctness
+    sampling = (perf.duration_s + perf.lock_wait_s) if perf is not None else 0.0
+    out = {"tests_phase_s": wall - sampling, "sampling_s": sampling,
+           "sampling_pairs": float(perf.n_pairs) if perf is not None else 0.0,
+           "first_call_pairs": float(len(perf.first_call.candidate_samples))
+           if perf is not None and perf.first_call is not None else 0.0}
+    for name, run in (("plain_run_s", c.plain if c else None), ("poisoned_run_s", c.poison if c else None)):
+        if run is not None:
+            out[name] = run.duration_s
+    return out
 
 
 def plain_tests(task) -> float:
@@ -76,12 +92,13 @@ def main() -> None:
     os.environ.setdefault("PERFAGENT_LOCK_DIR", tempfile.mkdtemp(prefix="bench-evidence-locks-"))
     task = load_task(Path(args.task))
     patch = (args.patch or task.reference_patch).read_text()
-    withs, withouts, bares, runs, plains = [], [], [], [], []
+    withs, withouts, bares, runs, plains, parts = [], [], [], [], [], []
     for _ in range(args.runs):
         plains.append(plain_tests(task))
-        wall, run, verdict = full(task, patch, bench=True)
+        wall, run, verdict, part = full(task, patch, bench=True)
         withs.append(wall)
         runs.append(run or 0.0)
+        parts.append(part)
         withouts.append(full(task, patch, bench=False)[0])
         bares.append(full(task, patch, bench=False, confirm=False)[0])
         print(f"# verdict {verdict}: with {wall:.2f}s, without {withouts[-1]:.2f}s, nor the clock's sampling "
@@ -93,7 +110,9 @@ def main() -> None:
                                 ("bench_check_run_s", med(runs), "s"),
                                 ("clock_sampling_adds_s", med(w - b for w, b in zip(withouts, bares)), "s"),
                                 ("plain_tests_s", med(plains), "s"),
-                                ("full_eval_over_plain_tests", med(withs) / med(plains), "x")):
+                                ("full_eval_over_plain_tests", med(withs) / med(plains), "x"),
+                                *((f"full_eval_{k}", med(p.get(k, 0.0) for p in parts),
+                                   "pairs" if "pairs" in k else "s") for k in parts[0])):
         print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}))
 
 
