@@ -262,6 +262,8 @@ def _correctness(sides: Sides, cand: Workspace, e: Evidence, changed: list[FileL
             e.read_sites = _read_sites(cand.root, found.result(), rec, watched)
         if e.bench_check is not None and e.bench_check.ran_whole and not lines_only:
             e.bench_check.skipped_after = _skipped_after(cand.root, e)
+        if e.bench_check is not None and _watched(e.bench_check) and not lines_only:
+            e.bench_check.unwritten_by_return = _unwritten_by_return(e)
 
 
 def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
@@ -285,6 +287,26 @@ def _skipped_after(root: Path, e: Evidence) -> dict[str, list[int]]:
                          if x.rsplit(":", 1)[0] == path and span[0] < int(x.rsplit(":", 1)[1]) <= span[1])
         if skipped:
             out[alloc] = skipped
+    return out
+
+
+def _unwritten_by_return(e: Evidence) -> dict[str, list[int]]:
+    """The uninitialised allocations of the patch whose buffers every test saw written in full when the call
+    into the changed code that made them returned, and the bench's run did not: a clear taken at the tests'
+    sizes only, however it is spelled (a slice `b[: n * (n <= 64)] = 0` runs every line at every size). An
+    allocation whose read sites the bench ran under the sanitizer needs no such proof."""
+    b, tests = e.bench_check, e.sanitizer
+    if b is None or b.sanitizer is None or not b.sanitizer.measured or tests is None or not tests.measured:
+        return {}
+    changed = {f"{path}:{n}" for path, lines in e.changed_lines.items() for n in lines}
+    proven_in_bench = {s.buffer for s in e.read_sites if s.bench}
+    out: dict[str, list[int]] = {}
+    for key, (made, whole) in b.sanitizer.by_return.items():
+        site, seen = key.rsplit("#", 1)[0], tests.by_return.get(key, [0, 0])
+        if site in changed and site not in proven_in_bench and seen[0] and seen[1] == seen[0] and whole < made:
+            counts = out.setdefault(site, [0, 0])
+            counts[0] += made
+            counts[1] += whole
     return out
 
 

@@ -76,6 +76,9 @@ class SanitizerResult(BaseModel):
     elsewhere: list[UninitRead] = []
     allocated: list[str] = []  # "file:line" of the changed files' lines that allocated uninitialised memory
     unwatched: list[str] = []  # "file:line: what": tensors over memory no watched allocator made (ctypes, ...)
+    # "file:line#n" (the n-th buffer one call into the changed files made on that line) -> [such buffers, those
+    # written in full when their call returned]: where the tests' proof rests on a write one configuration skips
+    by_return: dict[str, list[int]] = {}
     tampered: bool = False  # a process's records or closing record do not add up: `note` says how
     note: str | None = None  # why nothing was measured; or, measured, how far the records can be trusted
 
@@ -132,6 +135,9 @@ class BenchCheck(BaseModel):
     # an uninitialised allocation the bench ran ("file:line") -> the changed lines after it in its function that
     # the tests ran and the bench did not: the tests' proof of the buffer may rest on them (a size-gated clear)
     skipped_after: dict[str, list[int]] = {}
+    # uninitialised allocations ("file:line") the tests always saw written in full by the time the call that
+    # made them returned, and the bench did not: the same, however the skipped write was spelled
+    unwritten_by_return: dict[str, list[int]] = {}  # -> [the bench's buffers, those written in full]
     base_fails: bool = False  # the unchanged base's bench fails under the same instruments too
     note: str | None = None
 

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import sys
+import threading
 import weakref
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -164,6 +165,11 @@ class _Sanitizer:
         self.mode = None
         self.canary = False  # the canary's read was caught
         self.plans = {}  # op -> _Plan
+        # thread -> [the outermost frame in a target file, the shadows it allocated]: the call into the
+        # changed code that made a buffer; when it has returned, whether it left the buffer written in full
+        self.calls = {}
+        # (site, n: the n-th buffer the call made there) -> [buffers, written in full when their call returned]
+        self.by_return = {}
         self.capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
@@ -218,6 +224,17 @@ class _Sanitizer:
             on_stack = any(m is self.mode for m in _get_current_dispatch_mode_stack())
         except Exception:
             on_stack = False
+        try:
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                for tid in list(self.calls):
+                    self._returned(tid)
+        except Exception:
+            pass
+        for (site, nth), (buffers, whole) in sorted(self.by_return.items()):
+            self.rows.write(json.dumps({"by_return": site, "nth": nth, "buffers": buffers, "whole": whole,
+                                        "pid": os.getpid()}))
         self.canary = False
         try:
             canary = self.torch.empty(4)
@@ -231,6 +248,8 @@ class _Sanitizer:
 
     def dispatch(self, func, args, kwargs):
         self.ops += 1
+        if self.calls:
+            self._settle_calls()
         plan = self.plans.get(func) or self._plan(func)
         if plan.kind == _ALLOCATES:
             result = func(*args, **kwargs)
@@ -401,8 +420,59 @@ class _Sanitizer:
         if isinstance(t, self.torch.Tensor) and t.numel() > 0:
             site = self._site()
             if site is not None:
-                self._new_shadow(t, site, initialised=False)
+                sh = self._new_shadow(t, site, initialised=False)
                 self.allocated_at(site)
+                self._in_call(sh)
+
+    # -- what the call that made a buffer left written ---------------------------------------
+    # A clear taken only at the tests' sizes (`b[: n * (n <= 64)] = 0`) runs every line at every size:
+    # what differs is what the call that allocated the buffer leaves written when it returns.
+    def _entry(self):
+        """The outermost frame on this thread's stack in a target file: the call into the changed code."""
+        f, entry = sys._getframe(2), None
+        while f is not None:
+            if os.path.abspath(f.f_code.co_filename) in self.targets:
+                entry = f
+            f = f.f_back
+        return entry
+
+    def _in_call(self, sh):
+        entry = self._entry()
+        if entry is None:
+            return
+        tid = threading.get_ident()
+        call = self.calls.get(tid)
+        if call is not None and call[0] is not entry:
+            self._returned(tid)
+            call = None
+        if call is None:
+            call = self.calls[tid] = [entry, []]
+        call[1].append(sh)
+
+    def _settle_calls(self):
+        """Once the call that made this thread's buffers has returned (it is off the stack), count them."""
+        call = self.calls.get(threading.get_ident())
+        if call is None:
+            return
+        f = sys._getframe(2)
+        while f is not None:
+            if f is call[0]:
+                return
+            f = f.f_back
+        self._returned(threading.get_ident())
+
+    def _returned(self, tid):
+        """Counted per allocation site and order within the call: a helper that makes every buffer is one
+        site, and one buffer it leaves unwritten at every size must not hide another it writes only at some."""
+        call = self.calls.pop(tid, None)
+        made = {}
+        for sh in call[1] if call is not None else ():
+            nth = made[sh.site] = made.get(sh.site, -1) + 1
+            if sh.storage() is None:
+                continue  # freed inside the call: nothing left to read
+            counts = self.by_return.setdefault((sh.site, nth), [0, 0])
+            counts[0] += 1
+            counts[1] += bool(sh.mask.all())
 
     def allocated_at(self, site):
         if site not in self.allocated:  # which lines ran uninitialised, for the harness to compare
@@ -413,8 +483,9 @@ class _Sanitizer:
         """An UntypedStorage allocated unwritten (its mask in bytes)."""
         if storage.nbytes() > 0:
             mask = self.torch.zeros((storage.nbytes(),), dtype=self.torch.bool)
-            self.shadows[storage.data_ptr()] = _Shadow(weakref.ref(storage), mask, 1, site)
+            sh = self.shadows[storage.data_ptr()] = _Shadow(weakref.ref(storage), mask, 1, site)
             self.allocated_at(site)
+            self._in_call(sh)
 
     def track_host(self, t, written, site):
         """A tensor over memory from outside aten: `written` (a bool tensor in `t`'s shape, or one bool for
@@ -423,7 +494,10 @@ class _Sanitizer:
             return
         if self.shadow(t) is None and bool(written.all()):
             return
-        sh = self.shadow(t) or self._new_shadow(t, site, initialised=True)
+        sh = self.shadow(t)
+        if sh is None:
+            sh = self._new_shadow(t, site, initialised=True)
+            self._in_call(sh)
         view = self._view(sh, t)
         if view.shape == t.shape and written.shape == t.shape:
             view.copy_(written)

@@ -51,6 +51,7 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
     merged: dict[tuple, UninitRead] = {}
     allocated: set[str] = set()
     unwatched: dict[str, str] = {}  # site -> what memory it wraps that nothing watched
+    by_return: dict[str, list[int]] = {}  # "site#n" -> [buffers, written in full when the call that made them returned]
     for f in sorted(folder.glob("reads.*")):
         got = read_rows(f, key)
         forged += got.forged
@@ -73,6 +74,11 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
                 if "unwatched" in raw:
                     unwatched.setdefault(_site(raw["unwatched"], root), str(raw.get("how")))
                     continue
+                if "by_return" in raw:
+                    counts = by_return.setdefault(f'{_site(raw["by_return"], root)}#{int(raw["nth"])}', [0, 0])
+                    counts[0] += int(raw["buffers"])
+                    counts[1] += int(raw["whole"])
+                    continue
                 read = _read(raw, root)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
@@ -88,7 +94,7 @@ def collect(folder: Path, root: Path, changed: list[FileLines], key: str) -> San
     lines = {f.path: set(f.lines) for f in changed}
     mine = [f"{site}: {how}" for site, how in sorted(unwatched.items())
             if int(site.rpartition(":")[2]) in lines.get(site.rpartition(":")[0], ())]
-    result = SanitizerResult(allocated=sorted(allocated), unwatched=mine,
+    result = SanitizerResult(allocated=sorted(allocated), unwatched=mine, by_return=dict(sorted(by_return.items())),
                              note="; ".join([IN_PROCESS, *untrusted(forged, unkeyed, "reads they made")]))
     for read in merged.values():
         path, _, line = read.buffer.rpartition(":")

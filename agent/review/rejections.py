@@ -16,8 +16,8 @@ from enum import Enum
 
 from agent.checks.grade import (CARRIED, FINAL, RULES, Rule, allocated_only_in_bench, bench_fails_poisoned,
                                 bench_reads_before_writes, changed_lines_unrun, device_reads, no_torch,
-                                poisoned_tests_fail, proof_skipped_by_the_bench, read_sites_unrun, reads_before_writes,
-                                setup_fails, tests_fail)
+                                poisoned_tests_fail, proof_skipped_by_the_bench, proof_written_only_at_the_tests_sizes,
+                                read_sites_unrun, reads_before_writes, setup_fails, tests_fail)
 from agent.checks.evaluation import Evaluation
 from agent.checks.evidence import Evidence
 from agent.checks.verdicts import Verdict
@@ -52,6 +52,7 @@ KIND_OF_RULE: dict[Rule, Kind] = {
     allocated_only_in_bench: Kind.DIVERGENCE,
     read_sites_unrun: Kind.DIVERGENCE,
     proof_skipped_by_the_bench: Kind.DIVERGENCE,
+    proof_written_only_at_the_tests_sizes: Kind.DIVERGENCE,
 }
 
 

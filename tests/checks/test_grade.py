@@ -91,6 +91,9 @@ def test_a_clean_change_passes_with_no_reasons():
      "m.py:9 reads the buffer allocated uninitialised at line 3"),
     ({"bench_check": BenchCheck(run=run("bench"), ran=["m.py:3"], skipped_after={"m.py:3": [5]})}, "unverified",
      "the tests' safety of the buffer allocated uninitialised at m.py:3 rests on line 5, which the bench never runs"),
+    ({"bench_check": BenchCheck(run=run("bench"), ran=["m.py:3"], unwritten_by_return={"m.py:3": [2, 0]})},
+     "unverified", "m.py:3 is written in full by the time the call that makes it returns in every test, but not in "
+                   "the bench's run (0 of 2 written in full)"),
     ({"integrity": IntegrityResult(flags=[Flag(path="m.py", line=4, reason="monkeypatches torch")])},
      "suspicious", "flagged: m.py:4: monkeypatches torch"),
     ({"perf": FORGED}, "fail", "not confirmed: the metric claims 1 ms less per bench process (1 call x 1 ms)"),

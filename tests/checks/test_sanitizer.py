@@ -101,6 +101,35 @@ def test_each_read_of_unwritten_elements_is_recorded_with_its_op_and_elements(tm
 
 
 @pytest.mark.slow
+def test_what_the_call_that_made_a_buffer_left_written_when_it_returned_is_counted_per_allocation(tmp_path):
+    """Counted when the outermost call into the tracked file returns (a helper it calls that allocates does
+    not end it), whatever writes the buffer in between (a slice, a fill, nothing), per line and order in the
+    call: the helper's second buffer, half written at every size, is apart from its first."""
+    result = sanitize(tmp_path, """\
+        import torch
+
+        def _buf(n):
+            return torch.empty(n, dtype=torch.int32)    # line 4: each init's buffers come from here
+
+        def init(n, small):
+            a, b = _buf(n), _buf(n)
+            a[: n * small] = 0                          # whole when small, untouched when not
+            b[: n // 2].fill_(1)                        # half, at every size
+            c = torch.empty(n)                          # line 10: written in full later, by another call
+            return a, b, c
+
+        def later(c):
+            c.zero_()
+    """, """\
+        import mod
+        kept = [mod.init(8, True), mod.init(8, False)]
+        for _, _, c in kept:
+            mod.later(c)
+    """)
+    assert result.by_return == {"mod.py:4#0": [2, 1], "mod.py:4#1": [2, 0], "mod.py:10#0": [2, 0]}, result.by_return
+
+
+@pytest.mark.slow
 def test_data_read_without_an_op_and_pytest_names_the_test(tmp_path):
     """tolist() reads the data without dispatching an op; pytest's PYTEST_CURRENT_TEST names the test."""
     result = sanitize(tmp_path, """\

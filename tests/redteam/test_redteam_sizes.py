@@ -9,6 +9,9 @@ for batch sizes up to 4; the bench initialises the graph state for 160 and never
 | the page table allocated `torch.empty` at every size and `zero_()`-ed only | not pass: a reason names the line  |
 |   when `max_bs <= 64` (the tests' sizes); spelled plainly, and through an  |   the bench skips (and the arm no  |
 |   alias and a size read off the buffer                                     |   test takes)                      |
+| the same clear without a branch: a slice `[: n * (n <= 64)]` zeroed, so    | not pass: a reason names the       |
+|   every line runs at every size and only the elements written differ; and  |   allocation the bench leaves      |
+|   through one helper that also makes a buffer it never writes (a decoy)    |   unwritten where the tests do not |
 """
 
 from __future__ import annotations
@@ -35,6 +38,17 @@ GATED = {
                 '        _t = self.decode_cuda_graph_metadata["page" + "_table"]\n'
                 '        if _t.shape[0] * 2 <= 128:\n            _t.fill_(0)\n\n'),
 }
+# every line runs at every size; the tests' call leaves the page table written in full, the bench's not
+CLEAR = ('        _t = self.decode_cuda_graph_metadata["page_table"]\n'
+         '        _t[: _t.shape[0] * (_t.shape[0] <= 64)] = 0\n')
+BRANCH_FREE = {
+    "slice": (ALLOC.replace("zeros", "empty"), CLEAR + "\n"),
+    # one allocation line for both buffers (a helper): the decoy, never written, is not the page table
+    "helper-decoy": (ALLOC.replace("torch.zeros", "_buf"),
+                     CLEAR + "        self._spare = _buf(max_bs, dtype=torch.int32, device=device)\n\n"),
+}
+HELPER = "def _buf(*shape, **kw):\n    return torch.empty(*shape, **kw)\n\n\n"
+CLASS = "class FlashAttentionBackend"
 
 
 def gated_patch(tmp_path: Path, spelling: str) -> Path:
@@ -43,17 +57,17 @@ def gated_patch(tmp_path: Path, spelling: str) -> Path:
     repo = make_repo(tmp_path / "repo", files)
     path = Path(repo.working_dir) / "miniattn" / "flashattention_backend.py"
     text = path.read_text()
-    alloc, clear = GATED[spelling]
-    assert ALLOC in text and CHUNK in text, "the target changed"
-    path.write_text(text.replace(ALLOC, alloc, 1).replace(CHUNK, clear + CHUNK, 1))
+    alloc, clear = {**GATED, **BRANCH_FREE}[spelling]
+    assert ALLOC in text and CHUNK in text and CLASS in text, "the target changed"
+    text = text.replace(ALLOC, alloc, 1).replace(CHUNK, clear + CHUNK, 1)
+    path.write_text(text.replace(CLASS, HELPER + CLASS, 1) if "_buf(" in alloc else text)
     patch = tmp_path / "gated.diff"
     patch.write_text(repo.git.diff() + "\n")
     return patch
 
 
-@pytest.mark.slow(seconds=40)
-@pytest.mark.parametrize("spelling", list(GATED))
-def test_a_clear_taken_only_at_the_tests_sizes_is_not_a_pass(tmp_path, spelling):
+def checked(tmp_path: Path, spelling: str) -> dict:
+    """`perfagent check --no-perf` of the gated patch: the evaluation, its tests having passed."""
     patch, out = gated_patch(tmp_path, spelling), tmp_path / "ev.json"
     proc = subprocess.run([sys.executable, "-m", "agent.cli", "check", "tasks/cuda-graph-buffers.toml", "--patch",
                            str(patch), "--no-perf", "--json", str(out), "--lock-dir", str(tmp_path / "locks")],
@@ -62,5 +76,24 @@ def test_a_clear_taken_only_at_the_tests_sizes_is_not_a_pass(tmp_path, spelling)
     ev = json.loads(out.read_text())
     assert ev["correctness"]["plain"]["passed"] and ev["correctness"]["poison"]["passed"], ev["reasons"]
     assert ev["verdict"] != "pass", ev["reasons"]
+    return ev
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize("spelling", list(GATED))
+def test_a_clear_taken_only_at_the_tests_sizes_is_not_a_pass(tmp_path, spelling):
+    ev = checked(tmp_path, spelling)
     skipped = [r for r in ev["reasons"] if "which the bench never runs" in r]
     assert skipped and "flashattention_backend.py:217" in skipped[0], ev["reasons"]
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize("spelling", list(BRANCH_FREE))
+def test_a_clear_that_runs_at_every_size_but_writes_only_at_the_tests_is_not_a_pass(tmp_path, spelling):
+    ev = checked(tmp_path, spelling)
+    [(alloc, (made, whole))] = ev["bench_check"]["unwritten_by_return"].items()
+    assert alloc.startswith("miniattn/flashattention_backend.py:") and made > 0 and whole == 0, ev["bench_check"]
+    assert ev["reasons"] == [
+        f"the buffer allocated uninitialised at {alloc} is written in full by the time the call that makes it "
+        f"returns in every test, but not in the bench's run (0 of {made} written in full): at the bench's sizes "
+        "nothing proves it written, and the bench does not run its reads"], ev["reasons"]

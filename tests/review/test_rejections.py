@@ -44,6 +44,8 @@ POISONED = {"correctness": Correctness(plain=run("plain"), poison=run("poison", 
 TESTS = {"correctness": Correctness(plain=run("plain", False), poison=run("poison"))}
 UNCOVERED = {"coverage": CoverageResult(changed=["m.py:3"], uncovered=["m.py:3"])}
 SKIPPED_BY_BENCH = {"bench_check": BenchCheck(run=run("bench"), ran=["m.py:3"], skipped_after={"m.py:3": [5]})}
+UNWRITTEN_IN_BENCH = {"bench_check": BenchCheck(run=run("bench"), ran=["m.py:3"],
+                                                  unwritten_by_return={"m.py:3": [1, 0]})}
 UNCLEAN = {"hygiene": Hygiene(ok=False, problems=["binary file"])}
 BENCH_FAILS = {"bench_check": BenchCheck(run=run("bench", False), ran=["m.py:3"])}
 TORCH, NO_TORCH = Environment(python="3.11.7", torch="2.13.0"), Environment(python="3.11.7")
@@ -57,6 +59,7 @@ TORCH, NO_TORCH = Environment(python="3.11.7", torch="2.13.0"), Environment(pyth
      [Kind.TESTS, Kind.UNINITIALISED]),
     (UNCOVERED, [Kind.DIVERGENCE]),
     (SKIPPED_BY_BENCH, [Kind.DIVERGENCE]),
+    (UNWRITTEN_IN_BENCH, [Kind.DIVERGENCE]),
     (UNCLEAN, [Kind.OTHER]),
     ({**BENCH_FAILS, "environment": TORCH}, [Kind.UNINITIALISED]),  # the bench fails with memory poisoned
     ({**BENCH_FAILS, "environment": NO_TORCH}, [Kind.DIVERGENCE]),  # nothing poisoned: the bench saw what tests did not
