@@ -30,6 +30,13 @@ def _start_loop(group: cgroup.Cgroup) -> None:
     assert all(cgroup._members(d) for d in group.dirs), "the loop is not running inside"
 
 
+def _own_groups(root: Path) -> list[Path]:
+    """This process's command groups under root. os.walk, not glob: a group a sweep removes while we
+    look is skipped, not an error."""
+    prefix = f"perfagent-{os.getpid()}-"
+    return [Path(top) / name for top, subs, _ in os.walk(root) for name in subs if name.startswith(prefix)]
+
+
 def _v2_group() -> cgroup.Cgroup | None:
     """A bare cgroup v2 group under this process's own (no controller needed: cgroup.kill is in every one)."""
     lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -135,7 +142,7 @@ def test_a_command_whose_group_cannot_empty_is_marked(tmp_path):
 
     def hold() -> None:  # the command's `sleep`, once its group exists, into a frozen group below it
         for _ in range(500):
-            for group in (cgroup.ROOT / "freezer").glob(f"**/perfagent-{os.getpid()}-*"):
+            for group in _own_groups(cgroup.ROOT / "freezer"):
                 for pid in cgroup._members(group):
                     if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
                         held.append(_stuck(cgroup.Cgroup({"freezer": group}), pid))
@@ -150,7 +157,7 @@ def test_a_command_whose_group_cannot_empty_is_marked(tmp_path):
         thread.join()
         for sub in held:
             _release(sub)
-        for left in cgroup.ROOT.glob(f"*/**/perfagent-{os.getpid()}-*"):  # the marked command's, left behind
+        for left in _own_groups(cgroup.ROOT):  # the marked command's, left behind
             cgroup.Cgroup({"left": left}).remove()
     assert held, "the command's process was never found in its group"
     assert res.timed_out and res.escaped and "did not empty" in res.escaped
