@@ -227,6 +227,8 @@ class PerfResult(BaseModel):
     alpha: float | None = None  # the per-look level p had to beat (sequential stopping, overall A/A error 5%)
     max_pairs: int = 0
     cv: float | None = None  # measured noise: std of the per-round log ratios (~ coefficient of variation)
+    rerun_low: float | None = None  # where another run's ratio is expected (agent.checks.stats.rerun_interval)
+    rerun_high: float | None = None
     stop_reason: str | None = None  # "significant after N pairs", "precise after N pairs", "max pairs reached ..."
     seed: int = 0
     device: str = "cpu"

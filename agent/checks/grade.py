@@ -344,7 +344,8 @@ def judge_perf(p: PerfResult, task: PerfSpec) -> PerfResult:
     return p.model_copy(update={
         "direction": task.direction, "min_effect": task.min_effect, "baseline_median": c.baseline_median,
         "candidate_median": c.candidate_median, "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
-        "p_value": c.p_value, "verdict": c.verdict, "precise": c.precise, "cv": c.cv})
+        "p_value": c.p_value, "verdict": c.verdict, "precise": c.precise, "cv": c.cv, "rerun_low": c.rerun_low,
+        "rerun_high": c.rerun_high})
 
 
 def judge_reference(p: PerfResult, r: ReferenceResult | None) -> ReferenceResult | None:

@@ -100,8 +100,9 @@ def perf_line(p: PerfResult) -> str:
     unit = f" {p.unit}" if p.unit else ""
     medians = f"{_num(p.baseline_median, '.4g')}{unit} -> {_num(p.candidate_median, '.4g')}{unit}"
     return (f"{p.verdict}: {p.metric} {medians}, "
-            f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI), "
-            f"p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
+            f"ratio {_num(p.ratio)} [{_num(p.ci_low)}, {_num(p.ci_high)}] ({p.confidence:.0%} CI"
+            + (f"; a rerun's in [{_num(p.rerun_low)}, {_num(p.rerun_high)}]" if p.rerun_low is not None else "")
+            + f"), p={_num(p.p_value, '.3g')}" + (f" (level {p.alpha:.3g} per look)" if p.alpha is not None else "")
             + f", speedup {_num(p.speedup)}x" + (f" ({why}: not comparable with other runs)"
                                                  if (why := busy_why(p.conditions)) else "")
             + f", {p.n_pairs} pairs of samples {p.processes}"

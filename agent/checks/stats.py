@@ -48,6 +48,8 @@ class Comparison(BaseModel):
     paired: bool = False  # True: per-round log ratios (compare_paired); False: two independent lists
     alpha: float | None = None  # the level p had to beat (per look, when sampling looks after each round)
     cv: float | None = None  # noise: std of the paired log ratios, ~ the coefficient of variation of a ratio
+    rerun_low: float | None = None  # where another run's ratio is expected (rerun_interval); None: unpaired
+    rerun_high: float | None = None
     stop_reason: str | None = None  # why sampling stopped, set by the sequential procedure
 
 
@@ -165,6 +167,21 @@ def block_ci(blocks: list[tuple[list[float], list[float]]], *, confidence: float
     return point, min(float(np.exp(lo)), point), max(float(np.exp(hi)), point)
 
 
+def rerun_interval(ratio: float, low: float, high: float, pairs: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Where another run's ratio is expected, at `confidence`: the ratio's interval, widened on the log scale by
+    sqrt(2) (the other run brings noise of its own, as large) and by t(n - 1) / z (a few pairs' bootstrap interval
+    is narrower than the spread it estimates). Even a 95% interval right about its own run holds another run's
+    figure only ~83% of the time (|Z| < 1.96 / sqrt 2): it answers "is this run's change real", not "where will
+    the next run land"."""
+    if pairs < 2 or not 0 < low <= ratio <= high:
+        return low, high
+    from scipy import stats as sps
+
+    q = 0.5 + confidence / 2
+    k = math.sqrt(2) * float(sps.t.ppf(q, pairs - 1) / sps.norm.ppf(q))
+    return ratio * (low / ratio) ** k, ratio * (high / ratio) ** k
+
+
 def signed_rank_p(baseline: list[float], candidate: list[float]) -> float:
     """Two-sided Wilcoxon signed-rank p-value of the per-round log ratios (exact for n <= 50)."""
     d = np.log(np.asarray(candidate, float)) - np.log(np.asarray(baseline, float))
@@ -235,8 +252,10 @@ def compare_paired(baseline: list[float], candidate: list[float], direction: Dir
         verdict = PerfVerdict.NO_DIFFERENCE
     else:
         verdict = PerfVerdict.INCONCLUSIVE
+    rerun = rerun_interval(ratio, lo, hi, len(d), confidence)
     return Comparison(baseline_median=float(np.median(baseline)), candidate_median=float(np.median(candidate)),
                       ratio=ratio, ci_low=lo, ci_high=hi, confidence=confidence, p_value=p, verdict=verdict,
+                      rerun_low=rerun[0], rerun_high=rerun[1],
                       n_baseline=len(baseline), n_candidate=len(candidate), precise=precise, paired=True,
                       alpha=alpha, cv=float(np.std(d, ddof=1)) if len(d) > 1 else 0.0)
 

@@ -5,10 +5,12 @@ One patch (a stdlib bench whose loop the candidate cuts by `--gain`, or with --t
 bench, A/A), measured in N independent runs as a full check measures it (agent.checks.perf.sample, the
 FULL policy, each run its own freshly started warm server), each with the machine's conditions
 (agent.checks.conditions). For every ordered pair of runs (i, j), i != j: does run j's ratio fall inside
-run i's 95% interval? A 95% interval that described how the figure moves between runs would hold the
-other runs' figures about that often; one that describes a single run's noise holds far fewer.
+run i's 95% interval? Both figures move, so even an interval right about its own run's noise holds the
+other's only ~83% of the time; one that misses how the figure moves between runs holds fewer.
 
-The widened interval (`--servers S`, default 3): each run is S blocks, each sampled from its own
+The rerun interval: each plain run's interval as the check reports it for another run's figure
+(agent.checks.stats.rerun_interval: widened for the other run's own noise and for few pairs), at no
+extra sampling. The block interval (`--servers S`, default 3): each run is S blocks, each sampled from its own
 separately started server with a fixed number of pairs, and its interval is the block bootstrap over
 them (agent.checks.stats.block_ci), so the spread between servers is inside it.
 
@@ -26,7 +28,7 @@ import multiprocessing
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +37,7 @@ from bench_outside_clock import _busy, _sides  # noqa: E402  (the same benches, 
 
 from agent.checks.conditions import Conditions, busy  # noqa: E402
 from agent.checks.perf import FULL, Bench, SamplingPolicy, sample  # noqa: E402
-from agent.checks.stats import block_ci  # noqa: E402
+from agent.checks.stats import block_ci, rerun_interval  # noqa: E402
 from agent.env.warm import WarmPython  # noqa: E402
 
 
@@ -45,6 +47,8 @@ class Run:
     low: float
     high: float
     conditions: list[Conditions]
+    pairs: int = 0
+    cv: float | None = None
 
 
 def plain_run(sides: dict[str, Path], spec, seed: int, scratch: Path) -> Run:
@@ -56,7 +60,7 @@ def plain_run(sides: dict[str, Path], spec, seed: int, scratch: Path) -> Run:
         bench.close()
     c = s.comparison
     assert c is not None
-    return Run(c.ratio, c.ci_low, c.ci_high, [s.conditions] if s.conditions else [])
+    return Run(c.ratio, c.ci_low, c.ci_high, [s.conditions] if s.conditions else [], len(s.values["candidate"]), c.cv)
 
 
 def block_run(sides: dict[str, Path], spec, seed: int, scratch: Path, servers: int, pairs: int) -> Run:
@@ -92,7 +96,8 @@ def report(phase: str, kind: str, runs: list[Run]) -> None:
         print(json.dumps({"metric": metric, "value": value, "unit": unit}), flush=True)
     for r in runs:
         print(json.dumps({"phase": phase, "interval": kind, "ratio": round(r.ratio, 4), "low": round(r.low, 4),
-                          "high": round(r.high, 4), "busy": any(busy(c) for c in r.conditions),
+                          "high": round(r.high, 4), "pairs": r.pairs, "cv": r.cv,
+                          "busy": any(busy(c) for c in r.conditions),
                           "others": [c.others_share for c in r.conditions]}), file=sys.stderr, flush=True)
 
 
@@ -100,6 +105,8 @@ def phase(name: str, args: argparse.Namespace, tmp: Path) -> None:
     sides, spec, _ = _sides(tmp / name, args.task, args.gain)
     plain = [plain_run(sides, spec, i, tmp / name / f"p{i}") for i in range(args.n)]
     report(name, "plain", plain)
+    report(name, "rerun", [replace(r, low=lo, high=hi) for r in plain
+                           for lo, hi in [rerun_interval(r.ratio, r.low, r.high, r.pairs)]])
     if args.servers > 1:
         blocks = [block_run(sides, spec, i, tmp / name / f"b{i}", args.servers, args.pairs) for i in range(args.n)]
         report(name, f"blocks{args.servers}", blocks)

@@ -121,6 +121,10 @@ def test_a_real_check_records_the_conditions_and_a_busy_machine_says_so_beside_t
     ev = Evaluation.model_validate(out)
     assert ev.perf is not None
     assert ("busy machine" in perf_line(ev.perf)) == busy(c) == ("busy machine" in verdict_line(ev))
+    p = ev.perf  # and where another run's figure is expected, wider than this run's interval
+    assert p.rerun_low is not None and p.rerun_high is not None
+    assert p.rerun_low < p.ci_low <= p.ratio <= p.ci_high < p.rerun_high
+    assert f"a rerun's in [{p.rerun_low:.3f}, {p.rerun_high:.3f}]" in perf_line(p)
     if busy(c):
         assert f"speedup {ev.perf.speedup:.3f}x ({busy_why(c)}: not comparable with other runs)" in perf_line(ev.perf)
     quiet = ev.perf.model_copy(update={"conditions": c.model_copy(update={"others_share": 0.0,

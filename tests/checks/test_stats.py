@@ -207,3 +207,39 @@ def test_the_block_interval_carries_the_spread_between_servers_that_pooled_round
     assert block_ci(blocks, seed=1, n_resamples=1000) == (ratio, low, high)  # seeded: a report can be recomputed
     with pytest.raises(ValueError):
         block_ci([([], [])])
+
+
+def test_another_runs_figure_falls_in_the_rerun_interval_where_it_misses_the_confidence_interval():
+    """Independent runs of one change (issue 45: "two runs, two answers, both 95%"): both figures move, so a
+    run's 95% interval holds another run's figure far less than 95% of the time; the rerun interval,
+    widened for the other run's noise and for few pairs, holds it at least 90% of the time."""
+    import itertools
+
+    rng = np.random.default_rng(45)
+    runs = []
+    for n in [7, 8, 10, 12, 15, 20] * 10:  # where sequential sampling stops
+        base = noisy(rng, n)
+        noise = rng.normal(0, 0.08, n)  # what is left of a round's noise in its ratio
+        runs.append(compare_paired(base, [b * 0.9 * float(np.exp(x)) for b, x in zip(base, noise)], seed=n,
+                                   n_resamples=1000))
+    pairs = list(itertools.permutations(runs, 2))
+
+    def held(low: str, high: str) -> float:
+        return sum(getattr(a, low) <= b.ratio <= getattr(a, high) for a, b in pairs) / len(pairs)
+
+    assert held("ci_low", "ci_high") < 0.9
+    assert held("rerun_low", "rerun_high") >= 0.9
+    assert all(r.rerun_low < r.ci_low <= r.ratio <= r.ci_high < r.rerun_high for r in runs)
+
+
+def test_the_rerun_interval_widens_the_ratios_on_the_log_scale():
+    from scipy import stats as sps
+
+    from agent.checks.stats import rerun_interval
+
+    low, high = rerun_interval(0.5, 0.4, 0.6, pairs=7)
+    k = np.sqrt(2) * sps.t.ppf(0.975, 6) / sps.norm.ppf(0.975)
+    assert (low, high) == pytest.approx((0.5 * 0.8 ** k, 0.5 * 1.2 ** k))
+    assert rerun_interval(0.5, 0.4, 0.6, pairs=40)[0] > low  # more pairs: less to widen for
+    assert rerun_interval(0.5, 0.5, 0.5, pairs=7) == (0.5, 0.5)  # identical rounds: nothing moves
+    assert rerun_interval(0.5, 0.4, 0.6, pairs=1) == (0.4, 0.6)
