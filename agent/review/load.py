@@ -119,9 +119,20 @@ class RunView:
     def interval(self) -> tuple[float, float] | None:
         """The speedup's confidence interval (>1 is better), turned from the ratio's interval."""
         p = self.perf
-        if p is None or p.ci_low is None or p.ci_high is None or p.ci_low <= 0 or p.ci_high <= 0:
-            return None
-        return (1 / p.ci_high, 1 / p.ci_low) if p.direction == "lower" else (p.ci_low, p.ci_high)
+        return None if p is None else _as_speedup(p.ci_low, p.ci_high, p.direction)
+
+    @property
+    def rerun(self) -> tuple[float, float] | None:
+        """Where another run's speedup is expected (agent.checks.stats.rerun_interval); None in older reports."""
+        p = self.perf
+        return None if p is None else _as_speedup(p.rerun_low, p.rerun_high, p.direction)
+
+
+def _as_speedup(low: float | None, high: float | None, direction: str) -> tuple[float, float] | None:
+    """A ratio's interval in speedup terms (>1 is better)."""
+    if low is None or high is None or low <= 0 or high <= 0:
+        return None
+    return (1 / high, 1 / low) if direction == "lower" else (low, high)
 
 
 @dataclass

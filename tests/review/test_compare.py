@@ -107,3 +107,33 @@ def test_the_compare_tables_break_no_word_at_any_width(tmp_path, width):
     for word in ("cuda-graph-buffers", "rules", "comparable:", "Opt@K"):
         assert word in words, (word, console.export_text())
     assert all(len(line) <= width for line in console.export_text().splitlines())
+
+
+def with_intervals(run_dir: Path, ratio: float, ci: tuple[float, float], rerun: tuple[float, float] | None) -> Path:
+    """The job's figure set to `ratio` (a time: lower is better) with its 95% and rerun intervals."""
+    report = run_dir / TASK / MODEL / "s0" / "report.json"
+    data = json.loads(report.read_text())
+    data["evaluation"]["perf"].update(ratio=ratio, ci_low=ci[0], ci_high=ci[1], rerun_low=rerun and rerun[0],
+                                      rerun_high=rerun and rerun[1])
+    report.write_text(json.dumps(data))
+    return run_dir
+
+
+def test_two_runs_of_one_patch_are_not_called_apart_within_where_a_rerun_lands(tmp_path):
+    """Disjoint 95% intervals, each figure within where a rerun of the other is expected: what a second run of
+    the same patch looks like (each interval leaves out the other run's noise), so no clear difference; figures
+    each outside the other's rerun interval are a difference, even where the 95% intervals touch."""
+    def row(a: tuple, b: tuple, name: str):
+        run_a = with_intervals(batch(tmp_path / name, "batch-a", 1.5, QUIET), *a)
+        run_b = with_intervals(batch(tmp_path / name, "batch-b", 1.5, QUIET), *b)
+        (r,) = compare_results(load_results(run_a), load_results(run_b))
+        return r
+
+    same = row((0.5, (0.49, 0.51), (0.47, 0.53)), (0.52, (0.515, 0.525), (0.505, 0.535)), "same")
+    assert same.best_b.interval[1] < same.best_a.interval[0]  # disjoint: the rule before would say "slower"
+    assert same.speed == "no clear difference"
+    apart = row((0.5, (0.48, 0.53), (0.47, 0.535)), (0.56, (0.525, 0.58), (0.54, 0.59)), "apart")
+    assert apart.best_b.interval[1] > apart.best_a.interval[0]  # the 95% intervals overlap
+    assert apart.speed == "slower"
+    old = row((0.5, (0.49, 0.51), None), (0.52, (0.515, 0.525), None), "old")  # reports from before it
+    assert old.speed == "slower"
