@@ -216,7 +216,10 @@ def perf_figures(ev: dict) -> dict:
     p = ev.get("perf") or {}
     keep = ("verdict", "ratio", "ci_low", "ci_high", "speedup", "p_value", "n_pairs", "cv", "stop_reason", "timer",
             "processes", "device", "lock_wait_s", "duration_s", "unit", "baseline_median", "candidate_median", "error")
-    return {k: p.get(k) for k in keep}
+    first = p.get("first_call") or {}  # the first call alone, from the samples' own processes (first_call_metric)
+    return {**{k: p.get(k) for k in keep},
+            "first_call": {"verdict": first.get("verdict"), "ratio": first.get("ratio"),
+                           "pairs": len(first.get("candidate_samples") or [])} if first else None}
 
 
 def initcheck_figures(ev: dict) -> dict:

@@ -106,6 +106,9 @@ class PerfSpec(_Spec):
     # appears only when the call repeats in one process is one cached across calls, which a server
     # that initialises once never sees (agent.checks.firstcall).
     first_call: str | None = Field(default=None, min_length=1)
+    # Or the metric each bench process prints for its first call alone, timed apart from the rest: the
+    # samples' own processes then give the first call, with no processes of its own (no time either).
+    first_call_metric: str | None = Field(default=None, min_length=1)
     # The bench repeats its call in one process: every gain, not only one beyond the hint, is checked
     # on the first call.
     repeated_calls: bool = False
@@ -115,8 +118,11 @@ class PerfSpec(_Spec):
 
     @model_validator(mode="after")
     def _repeats_need_a_first_call(self) -> PerfSpec:
-        if self.repeated_calls and self.first_call is None:
-            raise ValueError("repeated_calls = true needs first_call (the command that times the first call)")
+        if self.first_call is not None and self.first_call_metric is not None:
+            raise ValueError("first_call and first_call_metric are two ways to time the first call: name one")
+        if self.repeated_calls and self.first_call is None and self.first_call_metric is None:
+            raise ValueError("repeated_calls = true needs first_call (the command that times the first call) "
+                             "or first_call_metric (the metric the bench prints for it)")
         return self
 
 

@@ -402,8 +402,9 @@ def _sample(sides: Sides, e: Evidence, bench_sides: dict[str, Path], bench: Benc
                     else:
                         result.error, result.error_side = str(err), err.side
             c = samples.comparison if samples is not None else None
-            if c is not None and not quick and firstcall.needed(c.verdict, c.ratio, spec):
-                result.first_call = _first_call(sides, bench_sides, spec, seed, bench)
+            if samples is not None and c is not None and not quick and firstcall.needed(c.verdict, c.ratio, spec):
+                result.first_call = (_first_calls_sampled(spec, seed, samples) if spec.first_call_metric
+                                     else _first_call(sides, bench_sides, spec, seed, bench))
         finally:
             result.processes = bench.mode
             if learned := getattr(bench, "learned", 0):
@@ -451,6 +452,15 @@ def _first_call(sides: Sides, bench_sides: dict[str, Path], task: PerfSpec, seed
     return FirstCall(command=task.first_call, seed=seed, baseline_samples=s.values["baseline"],
                      candidate_samples=s.values["candidate"],
                      alpha=s.comparison.alpha if s.comparison is not None else FirstCall().alpha)
+
+
+def _first_calls_sampled(task: PerfSpec, seed: int, samples: perfmod.Samples) -> FirstCall:
+    """The first call alone as the samples' own processes timed it (the task's first_call_metric): each
+    was a fresh process in which nothing ran before that call, so no round of its own is needed."""
+    c = samples.comparison
+    return FirstCall(command=f"{task.command} ({task.first_call_metric})", seed=seed,
+                     baseline_samples=samples.first["baseline"], candidate_samples=samples.first["candidate"],
+                     alpha=c.alpha if c is not None and c.alpha is not None else FirstCall().alpha)
 
 
 def diff_stats(ws: Workspace) -> DiffStats:

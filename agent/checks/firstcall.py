@@ -7,7 +7,9 @@ hand it back. The saving is real inside that process, so the harness's outside c
 that still hold the last graph's metadata. So where the task names a command that times the first
 call alone (`[perf] first_call`), a "faster" answer beyond the task's `max_speedup` hint (every
 "faster" where `repeated_calls = true`) is timed again that way: fresh processes, one call each,
-interleaved A/B, the same paired comparison. The first call must be faster too; otherwise the
+interleaved A/B, the same paired comparison. Where the bench prints its first call apart
+(`[perf] first_call_metric`), the samples' own processes are those fresh processes: nothing ran
+before that call in them either, and no round of its own is needed. The first call must be faster too; otherwise the
 perf answer is "not confirmed": the gain appears only on repeated calls.
 
 agent.checks.collect takes the samples, holding the device lock; `judge` decides from them, pure,
@@ -26,7 +28,7 @@ from agent.task import PerfSpec
 
 def needed(verdict: PerfVerdict | None, ratio: float | None, task: PerfSpec) -> bool:
     """Whether an answer must be checked on the first call under `task`."""
-    if task.first_call is None or verdict != PerfVerdict.FASTER or ratio is None:
+    if (task.first_call is None and task.first_call_metric is None) or verdict != PerfVerdict.FASTER or ratio is None:
         return False
     gain = speedup(ratio, task.direction)
     return task.repeated_calls or not math.isfinite(gain) or gain > task.max_speedup

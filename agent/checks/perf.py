@@ -94,6 +94,7 @@ class Samples:
     cpu: dict[str, list[float | None]] = field(default_factory=dict)
     lines: int = 1  # lines of the metric a baseline process printed (the most seen)
     conditions: Conditions | None = None  # the machine meanwhile (agent.checks.conditions)
+    first: dict[str, list[float]] = field(default_factory=dict)  # the task's first_call_metric, next to `values`
 
 
 class Reading(NamedTuple):
@@ -101,7 +102,8 @@ class Reading(NamedTuple):
     ("cuda-events, L2 flushed"), from the optional "timer" and "l2_flushed" keys of its line; and
     what the harness saw of its process from outside, out of the code's reach: wall and CPU
     seconds (None where unknown), which the metric's claimed gain must agree with. `lines`: how
-    many lines of the metric the process printed (its value is their median)."""
+    many lines of the metric the process printed (its value is their median). `first`: the task's
+    first_call_metric, where it names one: the process's first call alone."""
 
     value: float
     unit: str | None = None
@@ -109,6 +111,7 @@ class Reading(NamedTuple):
     wall_s: float | None = None
     cpu_s: float | None = None
     lines: int = 1
+    first: float | None = None
 
 
 def _timer(obj: dict) -> str | None:
@@ -192,7 +195,8 @@ def _metric(side: str, res: CommandResult, spec: PerfSpec) -> Reading:
         why = f"timed out after {spec.timeout_s:g}s" if res.timed_out else f"exit code {res.exit_code}"
         raise BenchError(side, f"{side} bench failed ({why}): {tail(res.output.strip(), 1500)}")
     try:
-        return parse_metric(res.output, spec.metric)._replace(wall_s=res.wall_s, cpu_s=res.cpu_s)
+        first = parse_metric(res.output, spec.first_call_metric).value if spec.first_call_metric else None
+        return parse_metric(res.output, spec.metric)._replace(wall_s=res.wall_s, cpu_s=res.cpu_s, first=first)
     except ValueError as e:
         raise BenchError(side, f"{side} bench: {e}") from None
 
@@ -331,6 +335,7 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
     warmup: dict[str, list[float]] = warmed if warmed is not None else {s: [] for s in sides}
     wall: dict[str, list[float | None]] = {s: [] for s in sides}
     cpu: dict[str, list[float | None]] = {s: [] for s in sides}
+    first: dict[str, list[float]] = {s: [] for s in sides} if spec.first_call_metric else {}
     unit = timer = None
     comparison = None
     lines = 1
@@ -356,6 +361,8 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
             if not is_warmup:
                 wall[side].append(getattr(got[side], "wall_s", None))
                 cpu[side].append(getattr(got[side], "cpu_s", None))
+                if first and (alone := getattr(got[side], "first", None)) is not None:
+                    first[side].append(alone)
         ours += sum(getattr(r, "cpu_s", None) or 0.0 for r in got.values())
         running += [k] if (k := runnable()) is not None else []  # between rounds: no bench of ours runs
         timer = getattr(got["baseline"], "timer", None)
@@ -380,4 +387,4 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
     after = snapshot() if before is not None else None
     return Samples(values=values, warmup=warmup, unit=unit, comparison=comparison, timer=timer, wall=wall, cpu=cpu,
                    lines=lines, conditions=measure(before, after, ours_cpu_s=ours, running=running)
-                   if before is not None and after is not None else None)
+                   if before is not None and after is not None else None, first=first)

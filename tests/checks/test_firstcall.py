@@ -54,6 +54,11 @@ def test_judged_again_under_the_task_as_it_is_now():
     assert judge(answer(1e-4, None), TASK).verdict == "faster"  # nothing recorded: nothing to judge from
 
 
-def test_a_repeating_bench_needs_its_first_call_command():
+def test_a_repeating_bench_needs_one_way_to_time_its_first_call():
     with pytest.raises(ValueError, match="repeated_calls = true needs first_call"):
         PerfSpec(command="python bench.py", metric="init_ms", repeated_calls=True)
+    with pytest.raises(ValueError, match="name one"):
+        PerfSpec(command="python bench.py", metric="init_ms", first_call="python bench.py --repeats 1",
+                 first_call_metric="first_ms")
+    by_metric = PerfSpec(command="python bench.py", metric="init_ms", repeated_calls=True, first_call_metric="first_ms")
+    assert needed("faster", 0.9, by_metric) and not needed("faster", 0.9, TASK)

@@ -41,9 +41,36 @@ def test_parse_metric_takes_the_named_metric_and_says_what_was_printed_otherwise
         parse_metric('{"metric": "a", "value": "fast"}', "a")
 
 
+def test_the_first_call_metric_comes_from_every_kept_samples_own_process(tmp_path):
+    """`first_call_metric`: each bench process's line for its first call, next to its metric; the warm-up's
+    are discarded with it, and a process that does not print it is its side's bench error."""
+    from dataclasses import replace
+
+    from agent.checks.perf import _metric
+    from agent.env.sandbox import CommandResult
+
+    spec = PerfSpec(command="python bench.py", metric="init_ms", first_call_metric="first_ms", repeated_calls=True)
+    out = '{"metric": "init_ms", "value": 2}\n{"metric": "first_ms", "value": 9}\n'
+    res = CommandResult(command="python bench.py", exit_code=0, output=out, duration_s=0.5, timed_out=False,
+                        cut_bytes=0, isolation="none")
+    assert _metric("baseline", res, spec)[:1] == (2.0,) and _metric("baseline", res, spec).first == 9.0
+    with pytest.raises(BenchError, match="'first_ms' not printed"):
+        _metric("candidate", replace(res, output='{"metric": "init_ms", "value": 2}'), spec)
+    calls = iter(range(100))
+
+    def bench(side, root, spec):
+        n = next(calls)
+        return Reading(10.0 if side == "baseline" else 5.0, "ms", first=100.0 + n)
+
+    s = sample({"baseline": tmp_path, "candidate": tmp_path}, spec, SamplingPolicy(min_pairs=3, max_pairs=3, warmup=1),
+               seed=1, bench=bench)
+    assert len(s.first["baseline"]) == len(s.first["candidate"]) == 3  # the warm-up round's left out
+    assert sorted(s.first["baseline"] + s.first["candidate"]) == [102.0, 103.0, 104.0, 105.0, 106.0, 107.0]
+
+
 def test_several_lines_of_the_metric_are_the_process_samples_and_their_median_its_value():
     lines = "".join(f'{{"metric": "init_ms", "value": {v}, "unit": "ms"}}\n' for v in (5, 1, 4, 2, 3))
-    assert parse_metric(f"{lines}other\n", "init_ms") == (3.0, "ms", None, None, None, 5)
+    assert parse_metric(f"{lines}other\n", "init_ms") == (3.0, "ms", None, None, None, 5, None)
     assert parse_metric('{"metric": "t", "value": 2}\n{"metric": "t", "value": 4}', "t")[:1] == (3.0,)
     with pytest.raises(ValueError, match="finite"):
         parse_metric('{"metric": "t", "value": 2}\n{"metric": "t", "value": NaN}', "t")

@@ -122,7 +122,8 @@ print(json.dumps({"metric": "init_ms", "value": elapsed * 1000, "unit": "ms"}))
 # threshold, so every call maps fresh pages, as a server's start-up does), always filled by copy_
 # before a read. The bench calls it 22 times in one process and reports the fastest, as
 # bench_graph_init.py does; `--repeats 1` times the first call alone, which the task names as its
-# `first_call`. zeros -> empty is a real >100x win on the first call too; a memo across calls is not.
+# `first_call`, and every process prints its first call apart too (`first_call_ms`). zeros -> empty is a
+# real >100x win on the first call too; a memo across calls is not.
 STATE = '''import torch
 
 
@@ -167,6 +168,7 @@ for _ in range(REPEATS):
     times.append((time.perf_counter() - t0) * 1000)
 backend.load(torch.ones(1), torch.ones(1))
 print(json.dumps({"metric": "init_ms", "value": min(times), "unit": "ms"}))
+print(json.dumps({"metric": "first_call_ms", "value": times[0], "unit": "ms"}))  # nothing ran before it here
 '''
 
 FIXTURES = {
@@ -189,7 +191,10 @@ print(json.dumps({"metric": "init_ms", "value": random.uniform(5, 15), "unit": "
 '''
 FIXTURES["noisy"] = ({"pkg/fill.py": FILL, "tests/test_fill.py": FILL_TEST, "bench/bench_init.py": NOISY_BENCH},
                      "pkg/fill.py")
-FIRST_CALL = {"state": 'first_call = "python bench/bench_init.py --repeats 1"\n'}
+# `state-metric`: the same, its first call read from the bench's own processes (`first_call_metric`)
+FIXTURES["state-metric"] = FIXTURES["state"]
+FIRST_CALL = {"state": 'first_call = "python bench/bench_init.py --repeats 1"\n',
+              "state-metric": 'first_call_metric = "first_call_ms"\n'}
 
 TASK = '''id = "{task_id}"
 title = "evidence red-team task"
