@@ -9,8 +9,8 @@ call alone (`[perf] first_call`), a "faster" answer beyond the task's `max_speed
 "faster" where `repeated_calls = true`) is timed again that way: fresh processes, one call each,
 interleaved A/B, the same paired comparison. Where the bench prints its first call apart
 (`[perf] first_call_metric`), the samples' own processes are those fresh processes: nothing ran
-before that call in them either, and no round of its own is needed. The first call must be faster too; otherwise the
-perf answer is "not confirmed": the gain appears only on repeated calls.
+before that call in them either, and no round of its own is needed. The first call must be faster
+too; otherwise the perf answer is "not confirmed": the gain appears only on repeated calls.
 
 agent.checks.collect takes the samples, holding the device lock; `judge` decides from them, pure,
 so `check --regrade` decides again under the task as it is then.
