@@ -169,13 +169,16 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
                       lock_dir=tmp_path / "locks")
     report = result.report.to_dict()
     assert report["subtype"] == "success" and report["total_cost_usd"] == 0.0
+    summary = report["result"]
     patch = result.paths.patch.read_text()
+    if not patch:  # a loaded machine's noise left the kept edits' speed unknown: kept aside, not lost
+        assert "speed not established" in summary, summary
+        patch = result.paths.aside.read_text()
     changed = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert sorted(changed) == sorted([
         '+        self.bufs["values"] = torch.empty(n, 16384)',
         '+        self.bufs["scratch"] = torch.empty(n, 16384)',
     ])
-    summary = report["result"]
     # each unsafe buffer is rejected, with the test that read its uninitialised memory
     assert "rejected" in summary and "kept" in summary
     for line in summary.splitlines():
