@@ -171,7 +171,8 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
     assert report["subtype"] == "success" and report["total_cost_usd"] == 0.0
     summary = report["result"]
     patch = result.paths.patch.read_text()
-    if not patch:  # a loaded machine's noise left the kept edits' speed unknown: kept aside, not lost
+    aside = not patch  # a loaded machine's noise left the kept edits' speed unknown: kept aside, not lost
+    if aside:
         assert "speed not established" in summary, summary
         patch = result.paths.aside.read_text()
     changed = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
@@ -207,7 +208,10 @@ def test_rules_keeps_exactly_the_safe_edits(tmp_path):
         assert by[k]["evidence"] in ("sanitizer", "tests", "poisoned tests") and by[k]["test"].endswith("test_fill")
         assert by[k]["hazard"] and "static hazard" not in by[k]["reason"]
     ev = report["evaluation"]
-    assert ev["verdict"] == "pass" and ev["perf"]["verdict"] == "faster"
+    if aside:  # what the full check decided, named: the speed, not the change
+        assert ev["verdict"] == "no-change" and "speed not established" in ev["note"] and policy["speed_unknown"]
+    else:
+        assert ev["verdict"] == "pass" and ev["perf"]["verdict"] == "faster" and not policy["speed_unknown"]
     tools = [json.loads(x).get("name") for x in result.paths.trajectory.read_text().splitlines()
              if json.loads(x)["type"] == "tool_result"]
     assert tools[0] == "list_files" and tools[-1] == "submit" and "run_checks" in tools
