@@ -170,7 +170,7 @@ class _Sanitizer:
         self.calls = {}
         # (site, n: the n-th buffer the call made there) -> [buffers, written in full when their call returned]
         self.by_return = {}
-        self.capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
+        self.is_capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else None
         self.torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
     # -- installation -----------------------------------------------------------------------
@@ -213,6 +213,17 @@ class _Sanitizer:
         setattr(module, attr, kernel)
 
     # -- the dispatch mode ------------------------------------------------------------------
+    def capturing(self):
+        """Whether this thread's CUDA stream is capturing a graph. Once a device-side assert fires (an
+        index read from garbage, say), every CUDA call of the process raises, this one too: such a process
+        captures nothing, and its CPU ops, the closing canary's among them, must run on as without us."""
+        if self.is_capturing is None:
+            return False
+        try:
+            return self.is_capturing()
+        except RuntimeError:
+            return False
+
     def close(self):
         """The closing row: still on the dispatch stack, ops seen, the canary caught, and the digest of
         every row before it. Only the process that started the sanitizer writes one."""

@@ -449,6 +449,39 @@ def test_a_sanitizer_taken_off_the_stack_or_blinded_measured_nothing(tmp_path, a
     assert any("dispatch stack" in r or "canary" in r for r in ev.reasons), ev.reasons
 
 
+
+BROKEN_CONTEXT = """\
+import io, json, torch
+from agent.checks import sanitize_hook
+
+def device_assert_fired():  # what every CUDA call answers in a process where one has
+    raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+torch.cuda.is_available, torch.cuda.is_current_stream_capturing = (lambda: True), device_assert_fired
+out = io.StringIO()
+sanitizer = sanitize_hook._Sanitizer(torch, frozenset(), sanitize_hook._Rows(out, lambda row: row))
+sanitizer.install([], lambda module, then: None)
+written = torch.ones(3)
+sanitizer._new_shadow(written, "mod.py:1", initialised=True)
+print("sum", float(written.sum()))
+sanitizer.close()
+print(out.getvalue().splitlines()[-1])
+"""
+
+
+def test_a_process_whose_cuda_context_a_device_assert_broke_still_closes_with_its_canary_seen():
+    """On an H200 the all-empty patch's garbage indices fired a device-side assert; from then on
+    `torch.cuda.is_current_stream_capturing` raised in every op the mode saw, so the CPU canary at exit
+    went unseen and an honest broken change read as a blinded sanitizer. A CPU machine cannot break a
+    CUDA context, so torch's capture probe is made to raise here as it does there."""
+    res = subprocess.run([sys.executable, "-c", BROKEN_CONTEXT], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[2])
+    assert res.returncode == 0, res.stderr
+    assert "sum 3.0" in res.stdout  # the sanitizer does not make a CPU op fail
+    summary = json.loads(res.stdout.splitlines()[-1].removeprefix("#closed "))
+    assert summary["on_stack"] and summary["canary"], summary
+
+
 # -- index forms and permutations: the shadow follows aten's semantics ------------------------------------
 SHADOWED = """\
 import torch
