@@ -56,15 +56,22 @@ def judge(p: PerfResult, task: PerfSpec) -> PerfResult:
     return p.model_copy(update=update)
 
 
+def expected_ratio(saved: float | None, first: Comparison, direction: str) -> float | None:
+    """The first call's ratio had it saved what each repeated call saves (`saved`, in the metric's unit): code
+    that does less work saves at least that on its first call too, a cache does not. None where that cannot be
+    said (a higher-is-better metric, no saving)."""
+    if direction != "lower" or saved is None or saved <= 0 or first.baseline_median <= 0:
+        return None
+    return 1 - saved / first.baseline_median
+
+
 def _why_not_faster(p: PerfResult, first: Comparison, task: PerfSpec) -> str:
-    """A cache, or a first call too slow and noisy to show the saving: code that does less work saves as much
-    on the first call as on each repeated one, so where the first call's interval still holds that saving
-    (an H200's 86 us of a 3.9 ms first call), nothing says the gain is missing there."""
+    """A cache, or a first call too slow and noisy to show the saving: where the first call's interval still
+    holds the repeated calls' saving (an H200's 86 us of a 3.9 ms first call), nothing says the gain is missing."""
     saved = (p.baseline_median - p.candidate_median) if p.baseline_median and p.candidate_median else None
-    if task.direction == "lower" and saved is not None and saved > 0 and first.baseline_median > 0:
-        expected = 1 - saved / first.baseline_median
-        if first.ci_low <= expected:
-            unit = f" {p.unit}" if p.unit else ""
-            return (f"; it cannot tell the {saved:.3g}{unit} each repeated call saves (ratio {expected:.3g} here) "
-                    "from none: the gain is not shown on the first call, nor shown missing there")
+    expected = expected_ratio(saved, first, task.direction)
+    if expected is not None and first.ci_low <= expected:
+        unit = f" {p.unit}" if p.unit else ""
+        return (f"; it cannot tell the {saved:.3g}{unit} each repeated call saves (ratio {expected:.3g} here) "
+                "from none: the gain is not shown on the first call, nor shown missing there")
     return "; the gain appears only on repeated calls (cached across calls): a process that calls once gets none"

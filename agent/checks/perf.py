@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple, NoReturn
 
-from agent.checks import clocks
+from agent.checks import clocks, firstcall
 from agent.checks.conditions import Conditions, measure, runnable, snapshot
 from agent.checks.confirm import settled
 from agent.checks.correctness import pytest_env
 from agent.checks.records import new_key
-from agent.checks.verdicts import CheckError
+from agent.checks.verdicts import CheckError, PerfVerdict
 from agent.checks.stats import Comparison, compare_paired, sequential_alpha, stop_reason, testing_at
 from agent.env.runners import SANDBOXED, CommandRunner
 from agent.env.sandbox import CommandResult, SandboxSpec, base_env, real_paths, scratch_places
@@ -304,6 +304,21 @@ class Bench:
             self.server = None
 
 
+def _first_call_answered(comparison: Comparison, first: dict[str, list[float]], spec: PerfSpec, seed: int,
+                         level: float) -> bool:
+    """Whether the first calls timed so far (`first_call_metric`) answer what agent.checks.firstcall asks of
+    this comparison: faster too, or ruling out the saving each repeated call shows (a cache). Until then
+    sampling goes on: a gain the first call has not answered is never "faster"."""
+    if not firstcall.needed(comparison.verdict, comparison.ratio, spec):
+        return True
+    if len(first["baseline"]) != len(first["candidate"]) or len(first["candidate"]) < 2:
+        return True  # a side without the line: the samples say so, an error of that side
+    alone = compare_paired(first["baseline"], first["candidate"], spec.direction, spec.min_effect, seed, alpha=level)
+    expected = firstcall.expected_ratio(comparison.baseline_median - comparison.candidate_median, alone,
+                                        spec.direction)
+    return alone.verdict == PerfVerdict.FASTER or (expected is not None and alone.ci_low > expected)
+
+
 def warm_up(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *,
             log: Callable[[str], None] = lambda _: None,
             bench: Callable[[str, Path, PerfSpec], Reading] = run_bench) -> dict[str, list[float]] | None:
@@ -381,6 +396,9 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                 max_pairs=policy.max_pairs)
                 # None: the metric says faster; the harness's clock has not said yes or no yet, and still can
                 why = None if clock is None else f"{why}; {clock}" if clock else why
+            if why is not None and first and n < policy.max_pairs and not _first_call_answered(
+                    comparison, first, spec, seed, level):
+                why = None  # its first call, read from these same processes, may still show the gain or its lack
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break

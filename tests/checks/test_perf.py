@@ -17,7 +17,7 @@ from agent.checks import FULL, QUICK, Checker, SamplingPolicy, summarize
 from agent.checks import collect
 from agent.checks.lock import device_lock, lock_path
 from agent.checks.perf import BenchError, Reading, parse_metric, sample, warm_up
-from agent.checks.stats import sequential_alpha
+from agent.checks.stats import compare_paired, sequential_alpha
 from agent.env.warm import WarmPython
 from agent.task import PerfSpec
 from helpers import make_patch, make_task
@@ -66,6 +66,34 @@ def test_the_first_call_metric_comes_from_every_kept_samples_own_process(tmp_pat
                seed=1, bench=bench)
     assert len(s.first["baseline"]) == len(s.first["candidate"]) == 3  # the warm-up round's left out
     assert sorted(s.first["baseline"] + s.first["candidate"]) == [102.0, 103.0, 104.0, 105.0, 106.0, 107.0]
+
+
+
+@pytest.mark.parametrize(("first_of", "pairs", "verdict"), [
+    (lambda side, n: 100.0 if side == "baseline" else 60.0 + n, 7, "faster"),  # shown at the first look
+    # shown only once enough first calls outvote the noise: the first 7 split, then a clear gain
+    (lambda side, n: 100.0 if side == "baseline" else (60.0 if n >= 7 else 80.0 + 40 * (n % 2)) + n / 3, 12,
+     "faster"),
+    (lambda side, n: 100.0 + (20 + n / 3) * (-1) ** n * (side == "candidate"), 20, "not faster"),  # no answer
+    # a cache: the first call as slow as ever, which rules out the 5 ms each repeated call saves at once
+    (lambda side, n: 100.0 + n / 3 + (-1) ** n * (1 + n / 10) * (side == "candidate"), 7, "not faster"),
+], ids=["shown", "noisy", "never", "cached"])
+def test_with_a_first_call_metric_a_gain_is_sampled_until_its_first_call_answers(tmp_path, first_of, pairs, verdict):
+    """`first_call_metric`: sampling stops at a look only once the first calls of the same processes answer
+    (faster, or the saving each repeated call shows ruled out), so their power is not capped at the metric's
+    7 pairs; an answer that never comes ends at max_pairs, as an unclear metric does."""
+    spec = PerfSpec(command="python bench.py", metric="init_ms", first_call_metric="first_ms", repeated_calls=True)
+    count = iter(range(1000))
+
+    def bench(side, root, spec):
+        n = next(count) // 2
+        return Reading(10.0 if side == "baseline" else 5.0 + 0.001 * n, "ms", first=first_of(side, n))
+
+    s = sample({"baseline": tmp_path, "candidate": tmp_path}, spec, FULL, seed=1, bench=bench)
+    assert len(s.values["candidate"]) == len(s.first["candidate"]) == pairs
+    assert s.comparison.verdict == "faster"
+    first = compare_paired(s.first["baseline"], s.first["candidate"], "lower", 0.1, 1, alpha=s.comparison.alpha)
+    assert (first.verdict == "faster") == (verdict == "faster")
 
 
 def test_several_lines_of_the_metric_are_the_process_samples_and_their_median_its_value():

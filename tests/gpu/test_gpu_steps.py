@@ -48,5 +48,5 @@ def test_the_dry_run_times_fewer_calls(steps, tmp_path):
     text = task.read_text()
     assert '\ncommand = "python bench/bench_graph_init.py --repeats 5"\n' in text and "initcheck" not in text
     assert "\n[perf]\nmax_pairs = 7\n" in text and load_task(task).spec.perf.max_pairs == 7
-    assert 'first_call = "python bench/bench_graph_init.py --repeats 1 --warmup 0"' in text
+    assert 'first_call_metric = "first_call_ms"' in text  # the first call, from the same processes
     assert 'command = "python -m pytest -q tests -k \\"graph_matches_eager or bs3 or extend\\""' in text
