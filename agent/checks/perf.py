@@ -391,12 +391,14 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                         seed, alpha=level)
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
+            clock = None
             if policy.confirm and n < policy.max_pairs and why is not None:
                 clock = settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall, cpu,
                                 max_pairs=policy.max_pairs)
                 # None: the metric says faster; the harness's clock has not said yes or no yet, and still can
                 why = None if clock is None else f"{why}; {clock}" if clock else why
-            if why is not None and first and n < policy.max_pairs and not _first_call_answered(
+            # (not where the clock can no longer confirm the gain by max_pairs: it is "not confirmed" either way)
+            if why is not None and not clock and first and n < policy.max_pairs and not _first_call_answered(
                     comparison, first, spec, seed, level):
                 why = None  # its first call, read from these same processes, may still show the gain or its lack
             if why is not None:

@@ -96,6 +96,23 @@ def test_with_a_first_call_metric_a_gain_is_sampled_until_its_first_call_answers
     assert (first.verdict == "faster") == (verdict == "faster")
 
 
+
+def test_a_gain_the_harness_clock_cannot_confirm_by_max_pairs_does_not_wait_for_its_first_call(tmp_path):
+    """As on an H200: 86 us saved a call, bench processes whose wall time moves by a tenth of a second. The
+    answer is "not confirmed" whatever the first calls say, so sampling stops where the clock gives up."""
+    spec = PerfSpec(command="python bench.py", metric="init_ms", first_call_metric="first_ms", repeated_calls=True)
+    rng = random.Random(5)
+
+    def bench(side, root, spec):
+        wall = 1.0 + rng.uniform(-0.1, 0.1)
+        value = 0.229 if side == "baseline" else 0.143 + rng.uniform(0, 0.001)
+        return Reading(value, "ms", "cuda-events", wall, wall, first=3.9 + rng.uniform(-0.4, 0.4))
+
+    s = sample({"baseline": tmp_path, "candidate": tmp_path}, spec, FULL, seed=1, bench=bench)
+    assert s.comparison.verdict == "faster" and "cannot tell" in s.comparison.stop_reason
+    assert len(s.values["candidate"]) < FULL.max_pairs
+
+
 def test_several_lines_of_the_metric_are_the_process_samples_and_their_median_its_value():
     lines = "".join(f'{{"metric": "init_ms", "value": {v}, "unit": "ms"}}\n' for v in (5, 1, 4, 2, 3))
     assert parse_metric(f"{lines}other\n", "init_ms") == (3.0, "ms", None, None, None, 5, None)
