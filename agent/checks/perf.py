@@ -50,7 +50,9 @@ class SamplingPolicy:
     max_pairs: int
     warmup: int = 1
     looks: tuple[int, ...] | None = None  # the rounds after which the test may call a change; None: every one
-    confirm: bool = False  # a "faster" answer waits (up to max_pairs) until the harness's clock answers it
+    # a "faster" answer waits (up to max_pairs) until the harness's clock answers it, and the samples' own
+    # first calls where the task names their metric (a quick check judges neither)
+    confirm: bool = False
 
     def at_most(self, pairs: int | None) -> SamplingPolicy:
         """This policy stopping by round `pairs` (a task's `max_pairs`), its last round a look."""
@@ -391,16 +393,16 @@ def sample(sides: dict[str, Path], spec: PerfSpec, policy: SamplingPolicy, *, se
                                         seed, alpha=level)
             why = stop_reason(comparison, last=n >= policy.max_pairs,
                               testing=testing_at(n, policy.min_pairs, policy.max_pairs, policy.looks))
-            clock = None
             if policy.confirm and n < policy.max_pairs and why is not None:
                 clock = settled(comparison, spec.direction, spec.metric, unit, spec.calls or lines, wall, cpu,
                                 max_pairs=policy.max_pairs)
                 # None: the metric says faster; the harness's clock has not said yes or no yet, and still can
                 why = None if clock is None else f"{why}; {clock}" if clock else why
-            # (not where the clock can no longer confirm the gain by max_pairs: it is "not confirmed" either way)
-            if why is not None and not clock and first and n < policy.max_pairs and not _first_call_answered(
-                    comparison, first, spec, seed, level):
-                why = None  # its first call, read from these same processes, may still show the gain or its lack
+                # the same processes' first calls may still show the gain or its lack (not where the clock can no
+                # longer confirm it by max_pairs: "not confirmed" either way)
+                if why is not None and not clock and first and not _first_call_answered(comparison, first, spec,
+                                                                                        seed, level):
+                    why = None
             if why is not None:
                 comparison = comparison.model_copy(update={"stop_reason": why})
                 break

@@ -94,6 +94,12 @@ def test_with_a_first_call_metric_a_gain_is_sampled_until_its_first_call_answers
     assert s.comparison.verdict == "faster"
     first = compare_paired(s.first["baseline"], s.first["candidate"], "lower", 0.1, 1, alpha=s.comparison.alpha)
     assert (first.verdict == "faster") == (verdict == "faster")
+    count = iter(range(1000))  # a quick check judges no first call: it stops where the metric alone would
+    quick = sample({"baseline": tmp_path, "candidate": tmp_path}, spec, QUICK, seed=1, bench=bench)
+    count = iter(range(1000))
+    plain = sample({"baseline": tmp_path, "candidate": tmp_path}, spec.model_copy(update={"first_call_metric": None}),
+                   QUICK, seed=1, bench=bench)
+    assert len(quick.values["candidate"]) == len(plain.values["candidate"]) < QUICK.max_pairs
 
 
 
