@@ -68,7 +68,6 @@ def test_the_first_call_metric_comes_from_every_kept_samples_own_process(tmp_pat
     assert sorted(s.first["baseline"] + s.first["candidate"]) == [102.0, 103.0, 104.0, 105.0, 106.0, 107.0]
 
 
-
 @pytest.mark.parametrize(("first_of", "pairs", "verdict"), [
     (lambda side, n: 100.0 if side == "baseline" else 60.0 + n, 7, "faster"),  # shown at the first look
     # shown only once enough first calls outvote the noise: the first 7 split, then a clear gain
@@ -100,7 +99,6 @@ def test_with_a_first_call_metric_a_gain_is_sampled_until_its_first_call_answers
     plain = sample({"baseline": tmp_path, "candidate": tmp_path}, spec.model_copy(update={"first_call_metric": None}),
                    QUICK, seed=1, bench=bench)
     assert len(quick.values["candidate"]) == len(plain.values["candidate"]) < QUICK.max_pairs
-
 
 
 def test_a_gain_the_harness_clock_cannot_confirm_by_max_pairs_does_not_wait_for_its_first_call(tmp_path):
@@ -291,7 +289,6 @@ def test_a_full_check_samples_no_more_than_the_tasks_max_pairs(tmp_path, monkeyp
         ev = c.evaluate(make_patch(src, tmp_path, SAME), perf=True)
     assert ev.perf.n_pairs == ev.perf.max_pairs == 9 and ev.perf.verdict == "inconclusive", summarize(ev)
     assert ev.perf.stop_reason == "max pairs reached (9), interval wider than min effect"
-
 
 
 def test_a_checks_bench_server_learns_from_the_baselines_warm_up_alone(tmp_path, monkeypatch):

@@ -449,7 +449,6 @@ def test_a_sanitizer_taken_off_the_stack_or_blinded_measured_nothing(tmp_path, a
     assert any("dispatch stack" in r or "canary" in r for r in ev.reasons), ev.reasons
 
 
-
 BROKEN_CONTEXT = """\
 import io, json, torch
 from agent.checks import sanitize_hook
