@@ -37,7 +37,7 @@ from agent.task import PerfSpec
 
 TINY = '''import json, time
 def work():
-    x = 0
+    x = 0.0
     for i in range(ITERS):
         x += i
     return x

@@ -60,7 +60,7 @@ WORK = '''ITERS = {iters}
 
 
 def spin():
-    x = 0
+    x = 0.0
     for i in range(ITERS):
         x += i
     return x

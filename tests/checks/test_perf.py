@@ -23,7 +23,7 @@ from agent.task import PerfSpec
 from helpers import make_patch, make_task
 
 IMPORT_ONLY = 'python -c \\"import pkg.work\\"'  # cheap correctness: executes the ITERS line, no torch
-SLOWER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 72_000")}  # exactly 1.2x the loop iterations
+SLOWER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 72_000")}  # 1.2x the work: spin sums floats (ints cost 1.22x)
 FASTER = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 30_000")}
 SAME = {"pkg/work.py": ("ITERS = 60_000", "ITERS = 60000")}  # A/A: a real change (an empty one is "no-change")
 
