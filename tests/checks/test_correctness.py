@@ -357,7 +357,7 @@ def test_a_speedup_beyond_the_hint_passes_when_the_harness_clock_sees_it(tmp_pat
     task = load_task(toml)
     patch = make_patch(src, tmp_path, {"pkg/work.py": ("ITERS = 60_000", "ITERS = 600")})
     with Checker(task, tmp_path / "work", lock_dir=tmp_path / "locks", seed=1) as c:
-        ev = c.evaluate(patch, quick=True)
+        ev = c.evaluate(patch)
     o = ev.perf.outside
     assert ev.perf.verdict == "faster" and ev.perf.speedup > 3 and ev.verdict == "pass", (ev.reasons, o)
     assert o.confirmed and o.calls == 25 and len(o.candidate_cpu_s) == ev.perf.n_pairs
