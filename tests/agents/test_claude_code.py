@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from fakeserver import FakeServer, auth_error, hang, reply, tool_call
+from fakeserver import Fail, FakeServer, hang, reply, tool_call
 from helpers import REPO, RecordedChecker, make_task, tiny_evidence
 
 from agent.agents import make_agent
@@ -160,8 +160,9 @@ def test_the_budget_stops_the_agent(tmp_path, fake_server, secret_key):
 @pytest.mark.slow
 def test_a_hanging_provider_ends_in_a_timeout_with_a_report(tmp_path, fake_server, secret_key):
     task, _ = make_task(tmp_path)
-    # held past the run's 8 s and hung up at 15 s: the relay's drain at close (up to 30 s) ends there
-    fake_server.script([hang(15)] * 5)
+    # each request held past the run's 8 s (it cannot arrive before the run starts) and then hung up: the
+    # relay's drain at close (up to 30 s) ends there
+    fake_server.script([hang(9)] * 5)
     report = run_claude(task, fake_server, tmp_path, timeout_s=8.0)
 
     assert report.subtype == "error_during_execution"
@@ -172,12 +173,15 @@ def test_a_hanging_provider_ends_in_a_timeout_with_a_report(tmp_path, fake_serve
 
 @pytest.mark.slow
 def test_an_agent_that_fails_is_one_line_in_the_report(tmp_path, fake_server, secret_key):
+    """An error the provider keeps giving, said in the report's one line. (A 400: Claude Code retries it a few
+    times within a second, where a 401's retries take it about 17 s.)"""
     task, _ = make_task(tmp_path)
-    fake_server.script([auth_error()] * 5)
+    fake_server.script([Fail(400, "invalid_request_error", "fakeserver: this request is refused")] * 20)
     report = run_claude(task, fake_server, tmp_path)
 
     assert report.is_error and report.subtype == "error_during_execution"
     assert report.result.startswith("claude-code: ") and "\n" not in report.result
+    assert report.result.endswith("API Error: 400 fakeserver: this request is refused"), report.result
 
 
 @pytest.mark.slow
