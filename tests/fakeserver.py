@@ -115,6 +115,10 @@ def auth_error() -> Fail:
     return Fail(401, "authentication_error", "invalid x-api-key")
 
 
+def bad_request(message: str) -> Fail:
+    return Fail(400, "invalid_request_error", message)
+
+
 def not_found(model: str) -> Fail:
     return Fail(404, "not_found_error", f"model: {model}")
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from fakeserver import Fail, FakeServer, hang, reply, tool_call
+from fakeserver import FakeServer, bad_request, hang, reply, tool_call
 from helpers import REPO, RecordedChecker, make_task, tiny_evidence
 
 from agent.agents import make_agent
@@ -176,7 +176,7 @@ def test_an_agent_that_fails_is_one_line_in_the_report(tmp_path, fake_server, se
     """An error the provider keeps giving, said in the report's one line. (A 400: Claude Code retries it a few
     times within a second, where a 401's retries take it about 17 s.)"""
     task, _ = make_task(tmp_path)
-    fake_server.script([Fail(400, "invalid_request_error", "fakeserver: this request is refused")] * 20)
+    fake_server.script([bad_request("fakeserver: this request is refused")] * 20)
     report = run_claude(task, fake_server, tmp_path)
 
     assert report.is_error and report.subtype == "error_during_execution"

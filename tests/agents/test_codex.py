@@ -22,7 +22,7 @@ from agent.agents import make_agent
 from agent.agents.base import Session
 from agent.agents.codex import Codex
 from agent.agents.relay import PLACEHOLDER_KEY
-from fakeserver import Fail, FakeServer, Recorded, Turn, reply, tool_call
+from fakeserver import Fail, FakeServer, Recorded, Turn, bad_request, reply, tool_call
 from helpers import make_tiny_task
 
 needs_codex = pytest.mark.skipif(shutil.which("codex") is None,
@@ -149,7 +149,7 @@ def test_a_failing_change_is_fixed_in_a_resumed_session(task_file, fake_server):
 @needs_codex
 def test_a_failed_turn_is_the_agents_error(task_file, fake_server):
     """An API error ends Codex's turn; the run says so in one line, from the API's own message."""
-    fake_server.script([Fail(400, "invalid_request_error", "the model does not exist")])
+    fake_server.script([bad_request("the model does not exist")])
     res = perfagent(task_file, fake_server, "c3", "--rounds", "1")
     assert res.returncode == 1
     report, patch = results(task_file, "c3")
